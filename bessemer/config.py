@@ -1,0 +1,365 @@
+"""Job configuration: one dataclass per TOML section, loaded from a file and `--section.key=value` overrides.
+
+Every field carries its documentation (`opt(default, doc)`), which `bessemer train --help` prints. Each
+component receives only its own section (`cfg.train`, `cfg.model`, ...), never the whole job config.
+This module must not import torch: `plan` and `doctor` read configs too.
+"""
+
+import dataclasses
+import difflib
+import math
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from bessemer.errors import ConfigError
+
+
+def opt(default: Any, doc: str) -> Any:
+    """A config field with a default and a one-line doc (units, sentinel values)."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"doc": doc})
+    return field(default=default, metadata={"doc": doc})
+
+
+def section(cls: type, doc: str) -> Any:
+    """A nested section (a dataclass) as a field."""
+    return field(default_factory=cls, metadata={"doc": doc})
+
+
+@dataclass
+class RunConfig:
+    dir: str = opt("runs/default", "Output directory: metrics.jsonl, config.toml, checkpoints/, tb/, report/.")
+    seed: int = opt(0, "Seed for weight init and every RNG (Python, NumPy, torch).")
+    name: str = opt("", "Name shown in the report; empty = the run directory's name.")
+
+
+@dataclass
+class ModelConfig:
+    name: str = opt("debug", "Size from the registry: debug, tiny, llama3-1b, llama3-8b, llama3-70b, llama3-405b.")
+    vocab_size: int = opt(0, "Vocabulary size; 0 = the data's vocabulary (index.json), else the registry's.")
+
+    def validate(self) -> None:
+        # Imported here: the registry is plain Python, but keep this module's imports minimal.
+        from bessemer.model.registry import MODEL_SIZES
+
+        if self.name not in MODEL_SIZES:
+            raise ConfigError(f"model.name: unknown size {self.name!r}; choose one of {', '.join(MODEL_SIZES)}")
+        if self.vocab_size < 0:
+            raise ConfigError(f"model.vocab_size must be >= 0 (0 = from the data), got {self.vocab_size}")
+
+
+@dataclass
+class DataConfig:
+    path: str = opt("data/debug", "Directory of token shards (index.json + shard_*.bin), relative paths from the "
+                    "current directory.")
+
+
+@dataclass
+class TrainConfig:
+    steps: int = opt(100, "Optimizer steps to run (the total, also when resuming).")
+    global_batch: int = opt(8, "Sequences per optimizer step over all data-parallel ranks; reached by gradient "
+                            "accumulation when larger than micro_batch x data-parallel ranks.")
+    micro_batch: int = opt(8, "Sequences per forward/backward pass on one rank.")
+    seq_len: int = opt(128, "Tokens per sequence; the loader packs seq_len+1 tokens (inputs + shifted targets).")
+    lr: float = opt(3e-4, "Peak learning rate.")
+    min_lr_ratio: float = opt(0.1, "Final learning rate of cosine/linear decay as a fraction of train.lr.")
+    warmup: int = opt(10, "Steps of linear warmup from 0 to train.lr.")
+    schedule: Literal["cosine", "linear", "constant"] = opt("cosine", "Learning-rate shape after warmup.")
+    weight_decay: float = opt(0.1, "AdamW decoupled weight decay (not applied to norms and biases).")
+    beta1: float = opt(0.9, "AdamW beta1.")
+    beta2: float = opt(0.95, "AdamW beta2.")
+    eps: float = opt(1e-8, "AdamW epsilon.")
+    grad_clip: float = opt(1.0, "Clip the global gradient L2 norm to this value; 0 = no clipping (still logged).")
+    deterministic: bool = opt(False, "Seeded, deterministic kernels: two runs with one seed give identical losses.")
+
+    def validate(self) -> None:
+        for key in ("steps", "global_batch", "micro_batch", "seq_len"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"train.{key} must be > 0, got {getattr(self, key)}")
+        if self.global_batch % self.micro_batch:
+            raise ConfigError(f"train.global_batch ({self.global_batch}) must be a multiple of train.micro_batch "
+                              f"({self.micro_batch})")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ConfigError(f"train.lr must be a positive number, got {self.lr}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError(f"train.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.warmup < 0 or self.grad_clip < 0:
+            raise ConfigError(f"train.warmup ({self.warmup}) and train.grad_clip ({self.grad_clip}) must be >= 0")
+
+
+@dataclass
+class PrecisionConfig:
+    dtype: Literal["fp32", "bf16"] = opt("fp32", "Compute dtype. bf16 runs forward/backward under autocast; "
+                                         "parameters and optimizer states stay fp32.")
+
+
+@dataclass
+class CheckpointConfig:
+    interval: int = opt(0, "Save every N steps; 0 = only at the end of training and on Ctrl-C.")
+    dir: str = opt("", "Where checkpoints go; empty = <run.dir>/checkpoints.")
+    keep: int = opt(2, "How many of the newest checkpoints to keep; 0 = keep all.")
+    at_end: bool = opt(True, "Save when training ends.")
+
+    def validate(self) -> None:
+        if self.interval < 0 or self.keep < 0:
+            raise ConfigError(f"checkpoint.interval ({self.interval}) and checkpoint.keep ({self.keep}) must be >= 0")
+
+
+@dataclass
+class MetricsConfig:
+    log_interval: int = opt(10, "Print a console line every N steps when not on a terminal (metrics.jsonl gets "
+                            "every step).")
+    tensorboard: bool = opt(True, "Write the step scalars to <run.dir>/tb as TensorBoard events.")
+    progress: bool = opt(True, "Show a progress bar (loss, tokens/s, ETA) when stderr is a terminal.")
+    peak_tflops: float = opt(0.0, "Peak dense TFLOP/s of one device, the MFU denominator; 0 = auto (the catalog "
+                             "value for a known GPU, a measured fp32 matmul rate on CPU).")
+
+    def validate(self) -> None:
+        if self.log_interval <= 0:
+            raise ConfigError(f"metrics.log_interval must be > 0, got {self.log_interval}")
+        if self.peak_tflops < 0:
+            raise ConfigError(f"metrics.peak_tflops must be >= 0 (0 = auto), got {self.peak_tflops}")
+
+
+@dataclass
+class JobConfig:
+    run: RunConfig = section(RunConfig, "Where outputs go and the seed.")
+    model: ModelConfig = section(ModelConfig, "Which model to build.")
+    data: DataConfig = section(DataConfig, "Where the token shards are.")
+    train: TrainConfig = section(TrainConfig, "Steps, batch, sequence length, optimizer and schedule.")
+    precision: PrecisionConfig = section(PrecisionConfig, "Numeric formats.")
+    checkpoint: CheckpointConfig = section(CheckpointConfig, "When and where state is saved.")
+    metrics: MetricsConfig = section(MetricsConfig, "What is logged where.")
+
+    def validate(self) -> None:
+        for f in dataclasses.fields(self):
+            sub = getattr(self, f.name)
+            if hasattr(sub, "validate"):
+                sub.validate()
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+def load_config(path: str | Path | None, overrides: typing.Sequence[str] = (), cls: type = JobConfig) -> Any:
+    """Defaults, then the TOML file, then `--section.key=value` overrides, then validation."""
+    cfg = cls()
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{path}: not valid TOML: {e}") from None
+        _apply_table(cfg, raw, prefix="", where=str(path))
+    for item in overrides:
+        key, value = parse_override(item)
+        set_key(cfg, key, value, where="command line", parse=True)
+    cfg.validate()
+    return cfg
+
+
+def parse_override(item: str) -> tuple[str, str]:
+    """`--train.steps=50` -> ("train.steps", "50")."""
+    body = item[2:] if item.startswith("--") else item
+    if "=" not in body:
+        raise ConfigError(f"override {item!r} must look like --section.key=value")
+    key, value = body.split("=", 1)
+    return key.strip(), value
+
+
+def split_overrides(argv: typing.Sequence[str]) -> list[str]:
+    """Normalise `--a.b value` to `--a.b=value`; returns the overrides in order."""
+    out, i = [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if "=" not in arg and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            out.append(f"{arg}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(arg)
+            i += 1
+    return out
+
+
+def all_keys(cfg_or_cls: Any, prefix: str = "") -> list[str]:
+    """Every dotted leaf key, e.g. 'train.steps'."""
+    keys = []
+    for f in dataclasses.fields(cfg_or_cls):
+        name = prefix + f.name
+        if _is_section(f):
+            keys += all_keys(_section_type(f), name + ".")
+        else:
+            keys.append(name)
+    return keys
+
+
+def _is_section(f: dataclasses.Field) -> bool:
+    return isinstance(f.type, type) and dataclasses.is_dataclass(f.type)
+
+
+def _section_type(f: dataclasses.Field) -> type:
+    return f.type  # type: ignore[return-value]
+
+
+def _unknown_key(key: str, root: Any, where: str) -> ConfigError:
+    candidates = all_keys(root) + [f.name for f in dataclasses.fields(root)]
+    close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.5)
+    hint = f"; did you mean '{close[0]}'?" if close else f"; valid sections: {', '.join(f.name for f in dataclasses.fields(root))}"
+    return ConfigError(f"unknown config key '{key}' ({where}){hint}")
+
+
+def set_key(cfg: Any, key: str, value: Any, where: str, parse: bool = False) -> None:
+    """Set a dotted key. With `parse` (command-line text), strings are parsed as the field's type; values
+    from a TOML file must already have the right type."""
+    obj, parts = cfg, key.split(".")
+    for i, part in enumerate(parts):
+        f = next((f for f in dataclasses.fields(obj) if f.name == part), None)
+        if f is None:
+            raise _unknown_key(key, cfg, where)
+        if i < len(parts) - 1:
+            if not _is_section(f):
+                raise _unknown_key(key, cfg, where)
+            obj = getattr(obj, part)
+        else:
+            if _is_section(f):
+                raise ConfigError(f"'{key}' is a section, not a key ({where}); set one of its keys, e.g. "
+                                  f"{all_keys(_section_type(f), key + '.')[0]}")
+            if not parse and isinstance(value, str) and f.type is not str and typing.get_origin(f.type) is not Literal:
+                raise ConfigError(f"{key}: expected {_type_name(f.type)}, got the string {value!r} ({where})")
+            setattr(obj, part, coerce(value, f.type, key, where))
+
+
+def _apply_table(cfg: Any, table: dict, prefix: str, where: str) -> None:
+    for name, value in table.items():
+        key = prefix + name
+        if isinstance(value, dict):
+            _apply_table(cfg, value, key + ".", where)
+        else:
+            set_key(cfg, key, value, where)
+
+
+_TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
+
+
+def coerce(value: Any, tp: Any, key: str, where: str) -> Any:
+    """Check (TOML values) or parse (command-line strings) `value` as type `tp`."""
+    def bad(expected: str) -> ConfigError:
+        return ConfigError(f"{key}: expected {expected}, got {value!r} ({where})")
+
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value not in choices:
+            raise ConfigError(f"{key}: {value!r} is not one of {', '.join(map(str, choices))} ({where})")
+        return value
+    if origin in (types.UnionType, typing.Union):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if isinstance(value, str) and value.lower() in ("", "none", "null") and len(args) < len(typing.get_args(tp)):
+            return None
+        return coerce(value, args[0], key, where)
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if isinstance(value, str):
+            value = [v for v in value.strip("[]").split(",") if v.strip()]
+        if not isinstance(value, list):
+            raise bad("a list")
+        return [coerce(v.strip() if isinstance(v, str) else v, item_tp, key, where) for v in value]
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
+            return value.lower() in _TRUE
+        raise bad("true or false")
+    if tp is int:
+        if isinstance(value, bool):
+            raise bad("an integer")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value.replace("_", ""))
+            except ValueError:
+                raise bad("an integer") from None
+        raise bad("an integer")
+    if tp is float:
+        if isinstance(value, bool):
+            raise bad("a number")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                raise bad("a number") from None
+        raise bad("a number")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise bad("a string")
+    raise AssertionError(f"unsupported config type {tp!r} for {key}")
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise AssertionError(f"cannot write {v!r} as TOML")
+
+
+def to_toml(cfg: Any, prefix: str = "") -> str:
+    """The resolved config as TOML; `load_config` reads it back to an equal config."""
+    plain, subs = [], []
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if _is_section(f):
+            subs.append(to_toml(value, prefix + f.name + "."))
+        elif value is not None:
+            plain.append(f"{f.name} = {_toml_value(value)}")
+    head = [f"[{prefix[:-1]}]"] if prefix and plain else []
+    body = "\n".join(head + plain)
+    return "\n\n".join(p for p in [body] + subs if p) + ("\n" if not prefix else "")
+
+
+def to_dict(cfg: Any) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def describe(cls: type = JobConfig) -> str:
+    """Every section and key with type, default and doc — the body of `bessemer train --help`."""
+    lines = []
+
+    def walk(c: type, prefix: str) -> None:
+        for f in dataclasses.fields(c):
+            if _is_section(f):
+                lines.append(f"\n[{prefix}{f.name}]  {f.metadata.get('doc', '')}")
+                walk(_section_type(f), prefix + f.name + ".")
+            else:
+                default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+                tp = _type_name(f.type)
+                lines.append(f"  {prefix}{f.name} ({tp}, default {_toml_value(default) if default is not None else 'unset'})")
+                lines.append(f"      {f.metadata.get('doc', '')}")
+
+    walk(cls, "")
+    return "\n".join(lines).lstrip("\n")
+
+
+def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) is Literal:
+        return " | ".join(map(str, typing.get_args(tp)))
+    if typing.get_origin(tp) in (types.UnionType, typing.Union):
+        return " | ".join(_type_name(a) for a in typing.get_args(tp))
+    if typing.get_origin(tp) is list:
+        return f"list of {_type_name(typing.get_args(tp)[0])}"
+    return getattr(tp, "__name__", str(tp))

@@ -1,0 +1,103 @@
+import dataclasses
+
+import pytest
+import torch
+
+from bessemer.model.llama import apply_rope, build_model, rope_cos_sin
+from bessemer.model.registry import MODEL_SIZES, count_params, flops_per_token, get_model_args
+
+DEBUG = MODEL_SIZES["debug"]
+
+
+@pytest.mark.parametrize("name", ["llama3-1b", "llama3-8b", "llama3-70b", "llama3-405b"])
+def test_registry_matches_published_counts_on_meta(name):
+    args = MODEL_SIZES[name]
+    model = build_model(args, max_seq_len=8, device="meta")
+    n = sum(p.numel() for p in model.parameters())  # tied weights counted once
+    assert abs(n - args.published_params) / args.published_params < 0.01, (name, n, args.published_params)
+    assert n == count_params(args)["total"]
+    assert all(p.device.type == "meta" for p in model.parameters())
+
+
+@pytest.mark.parametrize("name, lo, hi", [("debug", 0.8e6, 1.3e6), ("tiny", 8e6, 12e6)])
+def test_small_sizes(name, lo, hi):
+    assert lo < count_params(MODEL_SIZES[name])["total"] < hi
+
+
+def test_forward_shapes_and_gqa():
+    torch.manual_seed(0)
+    model = build_model(DEBUG, max_seq_len=32)
+    assert DEBUG.n_kv_heads < DEBUG.n_heads
+    assert model.layers["0"].attention.wk.weight.shape == (DEBUG.n_kv_heads * DEBUG.head_dim, DEBUG.dim)
+    logits = model(torch.randint(0, DEBUG.vocab_size, (3, 17)))
+    assert logits.shape == (3, 17, DEBUG.vocab_size)
+    assert torch.isfinite(logits).all()
+
+
+def test_causality_future_tokens_never_change_earlier_logits():
+    torch.manual_seed(0)
+    model = build_model(DEBUG, max_seq_len=32).eval()
+    x = torch.randint(0, DEBUG.vocab_size, (2, 24))
+    y = x.clone()
+    y[:, 12:] = torch.randint(0, DEBUG.vocab_size, (2, 12))
+    with torch.no_grad():
+        a, b = model(x), model(y)
+    assert torch.equal(a[:, :12], b[:, :12])
+    assert not torch.allclose(a[:, 12:], b[:, 12:])
+
+
+def test_tied_embeddings_share_one_tensor_after_materialising():
+    args = dataclasses.replace(DEBUG, tie_embeddings=True)
+    model = build_model(args, max_seq_len=8)
+    assert model.output.weight is model.tok_embeddings.weight
+    assert sum(p.numel() for p in model.parameters()) == count_params(args)["total"]
+
+
+def test_init_is_seeded_and_meta_build_matches_direct_init():
+    torch.manual_seed(1)
+    a = build_model(DEBUG, max_seq_len=8)
+    torch.manual_seed(1)
+    b = build_model(DEBUG, max_seq_len=8)
+    for (ka, va), (kb, vb) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert ka == kb and torch.equal(va, vb)
+    # Checkpoint keys are stable and hold parameters only (RoPE tables are derived, not saved).
+    assert "layers.0.attention.wq.weight" in a.state_dict() and "rope_cos" not in a.state_dict()
+
+
+def test_rope_is_a_rotation_and_relative():
+    cos, sin = rope_cos_sin(DEBUG, 16)
+    q = torch.randn(1, 16, 1, DEBUG.head_dim)
+    k = torch.randn(1, 16, 1, DEBUG.head_dim)
+    rq, rk = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    torch.testing.assert_close(rq.norm(dim=-1), q.norm(dim=-1))  # norms preserved
+    # <R(m) q, R(n) k> depends on m - n only: shift both positions by 3.
+    q0, k0 = q[:, :1].expand(1, 16, 1, -1), k[:, :1].expand(1, 16, 1, -1)
+    rq, rk = apply_rope(q0, cos, sin), apply_rope(k0, cos, sin)
+    torch.testing.assert_close((rq[:, 5] * rk[:, 2]).sum(), (rq[:, 8] * rk[:, 5]).sum())
+
+
+def test_llama31_rope_scaling_slows_low_frequencies_only():
+    from bessemer.model.llama import rope_frequencies
+
+    args = MODEL_SIZES["llama3-8b"]
+    scaled, plain = rope_frequencies(args), rope_frequencies(dataclasses.replace(args, rope_scaling=None))
+    assert torch.equal(scaled[0], plain[0])  # the highest frequency is kept
+    torch.testing.assert_close(scaled[-1], plain[-1] / 8)  # the lowest is divided by the factor
+
+
+def test_flops_per_token_formula():
+    args = MODEL_SIZES["llama3-8b"]
+    p = count_params(args)
+    n = p["total"] - p["embedding"]
+    assert flops_per_token(args, 8192) == 6 * n + 12 * 32 * 4096 * 8192
+    tied = MODEL_SIZES["llama3-1b"]  # tied: the head still multiplies, so it still counts
+    pt = count_params(tied)
+    assert flops_per_token(tied, 1) == 6 * (pt["total"] - pt["embedding"] + 128256 * 2048) + 12 * 16 * 2048
+
+
+def test_vocab_override_and_unknown_size():
+    assert get_model_args("debug", 4096).vocab_size == 4096
+    from bessemer.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="choose one of"):
+        get_model_args("nope")
