@@ -1,0 +1,94 @@
+"""The `bessemer` command. Subcommands delegate to the packages; torch is imported only by those that train."""
+
+import argparse
+import sys
+
+from bessemer.errors import BessemerError, TrainingInterrupted
+
+
+def _train_parser(sub: argparse._SubParsersAction) -> None:
+    from bessemer.config import describe
+
+    p = sub.add_parser(
+        "train", help="train a model from a TOML config",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="bessemer train CONFIG [--resume] [--dry-run] [--section.key=value ...]",
+        description="Train a model. Any config key can be overridden: --train.steps=50 --run.dir=runs/x",
+        epilog="config sections and keys:\n\n" + describe())
+    p.add_argument("config", help="TOML file, e.g. configs/debug.toml")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the newest checkpoint in the run's checkpoint dir (fresh start if none)")
+    p.add_argument("--dry-run", action="store_true", help="resolve and check the config, print the run, don't train")
+
+
+def _cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
+    from bessemer.config import load_config, split_overrides
+
+    cfg = load_config(args.config, split_overrides(overrides))
+    if args.dry_run:
+        from bessemer.train.dry_run import describe_run
+
+        print(describe_run(cfg))
+        return 0
+    from bessemer.train.trainer import Trainer
+
+    Trainer(cfg, resume=args.resume).train()
+    print(f"done: {cfg.run.dir}/metrics.jsonl")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace, overrides: list[str]) -> int:
+    from bessemer.config import split_overrides
+    from bessemer.demo.run import run_demo
+
+    run_demo(args.run_dir, split_overrides(overrides))
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace, overrides: list[str]) -> int:
+    from bessemer.report.run_report import build_report
+
+    print(build_report(args.run_dir))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bessemer", description="LLM pretraining: data, training, checkpoints.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _train_parser(sub)
+    demo = sub.add_parser("demo", help="end to end on the bundled corpus: tokenizer, shards, training, report",
+                          usage="bessemer demo [--run-dir DIR] [--section.key=value ...]")
+    demo.add_argument("--run-dir", default="runs/demo", help="where everything goes (default runs/demo)")
+    report = sub.add_parser("report", help="(re)build the HTML report of a run directory")
+    report.add_argument("run_dir")
+    return parser
+
+
+COMMANDS = {"train": _cmd_train, "demo": _cmd_demo, "report": _cmd_report}
+TAKES_OVERRIDES = {"train", "demo"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    stray = [a for a in extra if a.startswith("--") and "." not in a.split("=", 1)[0]]
+    if extra and (args.command not in TAKES_OVERRIDES or stray or not extra[0].startswith("--")):
+        parser.error(f"unrecognized arguments: {' '.join(stray or extra)}")
+    try:
+        return COMMANDS[args.command](args, extra)
+    except BessemerError as e:
+        print(f"bessemer {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except ImportError as e:  # an optional dependency: the message says what to install
+        print(f"bessemer {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except TrainingInterrupted as e:
+        print(f"bessemer {args.command}: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print(f"bessemer {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""The run report: an HTML page with loss and throughput plots (PNG), a summary table and the resolved config,
+built from <run.dir>/metrics.jsonl and <run.dir>/config.toml alone (so it also works on a finished run)."""
+
+import html
+import json
+import statistics
+from pathlib import Path
+
+from bessemer.errors import BessemerError
+
+
+def read_metrics(path: str | Path) -> tuple[list[dict], list[dict]]:
+    """(step records, event records) of a metrics.jsonl; for a resumed run, the latest record of a step wins."""
+    steps: dict[int, dict] = {}
+    events = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        if "event" in rec:
+            events.append(rec)
+        else:
+            steps[rec["step"]] = rec
+    return [steps[s] for s in sorted(steps)], events
+
+
+def _smooth(values: list[float], window: int) -> list[float]:
+    out, acc = [], 0.0
+    for i, v in enumerate(values):
+        acc += v
+        if i >= window:
+            acc -= values[i - window]
+        out.append(acc / min(i + 1, window))
+    return out
+
+
+def _plot(path: Path, steps: list[int], series: dict[str, list[float]], ylabel: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=110)
+    for label, values in series.items():
+        ax.plot(steps, values, label=label, linewidth=1.2)
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if len(series) > 1:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def summarize(records: list[dict]) -> dict:
+    """The numbers of the summary table (also used by tests and the demo's closing line)."""
+    k = max(1, min(10, len(records) // 10))
+    steady = records[1:] or records  # the first step pays for warm-up
+    return {
+        "steps": records[-1]["step"],
+        "first_loss": records[0]["loss"],
+        "final_loss": statistics.fmean(r["loss"] for r in records[-k:]),
+        "min_loss": min(r["loss"] for r in records),
+        "tokens_seen": records[-1].get("tokens_seen", 0),
+        "mean_tokens_per_s": statistics.fmean(r["tokens_per_s"] for r in steady),
+        "mean_mfu": statistics.fmean(r["mfu"] for r in steady),
+        "mean_step_time_s": statistics.fmean(r["step_time_s"] for r in steady),
+        "train_time_s": sum(r["step_time_s"] for r in records),
+    }
+
+
+def build_report(run_dir: str | Path) -> Path:
+    """Write <run_dir>/report/index.html (+ loss.png, throughput.png); returns the HTML path."""
+    run_dir = Path(run_dir)
+    metrics = run_dir / "metrics.jsonl"
+    if not metrics.is_file():
+        raise BessemerError(f"no metrics.jsonl in {run_dir}: nothing to report")
+    records, events = read_metrics(metrics)
+    if not records:
+        raise BessemerError(f"{metrics} holds no step records")
+    out = run_dir / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    steps = [r["step"] for r in records]
+    losses = [r["loss"] for r in records]
+    window = max(1, len(records) // 20)
+    _plot(out / "loss.png", steps, {"loss": losses, f"mean of {window}": _smooth(losses, window)},
+          "cross-entropy (nats/token)", "training loss")
+    _plot(out / "throughput.png", steps, {"tokens/s": [r["tokens_per_s"] for r in records]}, "tokens / s",
+          "throughput")
+    s = summarize(records)
+    rows = [("steps", s["steps"]), ("first loss", f"{s['first_loss']:.4f}"),
+            ("final loss (mean of last steps)", f"{s['final_loss']:.4f}"), ("lowest loss", f"{s['min_loss']:.4f}"),
+            ("tokens seen", f"{s['tokens_seen']:,}"), ("mean tokens/s", f"{s['mean_tokens_per_s']:,.0f}"),
+            ("mean MFU", f"{100 * s['mean_mfu']:.1f}%"), ("mean step time", f"{s['mean_step_time_s']:.3f} s"),
+            ("training time", f"{s['train_time_s']:.1f} s"),
+            ("checkpoints saved", sum(e["event"] == "checkpoint_saved" for e in events))]
+    config_path = run_dir / "config.toml"
+    config = config_path.read_text(encoding="utf-8") if config_path.is_file() else "(no config.toml)"
+    table = "\n".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
+    page = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>bessemer run report: {html.escape(run_dir.name)}</title>
+<style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}} th{{text-align:left;padding-right:2em}}
+pre{{background:#f4f4f4;padding:1em}}</style></head><body>
+<h1>Run report: {html.escape(run_dir.name)}</h1>
+<h2>Summary</h2><table>{table}</table>
+<h2>Loss</h2><img src="loss.png" alt="training loss per step">
+<h2>Throughput</h2><img src="throughput.png" alt="tokens per second per step">
+<h2>Resolved config</h2><pre>{html.escape(config, quote=False)}</pre>
+</body></html>
+"""
+    (out / "index.html").write_text(page, encoding="utf-8")
+    return out / "index.html"

@@ -1,0 +1,124 @@
+"""Where training numbers go: <run.dir>/metrics.jsonl (every step and every event), TensorBoard, the console.
+
+A step record holds at least step, loss, lr, grad_norm, tokens_per_s, mfu, step_time_s. An event record
+holds `event` (checkpoint_saved, checkpoint_loaded, alert, ...) and the step it happened at.
+"""
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from bessemer.config import MetricsConfig
+from bessemer.plan.catalog import match_gpu
+
+
+def measure_matmul_tflops(dtype: torch.dtype = torch.float32, n: int = 1024, seconds: float = 0.3) -> float:
+    """The rate of a dense n x n matmul on this CPU: the achievable peak used as the MFU denominator on CPU."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    a @ b  # warm-up
+    reps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a @ b
+        reps += 1
+    return 2 * n ** 3 * reps / (time.perf_counter() - t0) / 1e12
+
+
+def peak_tflops(cfg: MetricsConfig, device: torch.device, dtype: torch.dtype) -> tuple[float, str]:
+    """Peak dense TFLOP/s of one device and where the number came from."""
+    if cfg.peak_tflops > 0:
+        return cfg.peak_tflops, "metrics.peak_tflops"
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        gpu = match_gpu(name)
+        if gpu is not None:
+            return gpu.bf16_tflops, f"catalog ({gpu.name}, bf16 dense)"
+        return measure_matmul_tflops(torch.bfloat16, 8192), f"measured bf16 matmul on {name}"
+    return measure_matmul_tflops(dtype), f"measured {str(dtype).removeprefix('torch.')} matmul on CPU"
+
+
+class MetricsLogger:
+    """Appends JSON lines and TensorBoard scalars; only the rank that logs (rank 0) opens files."""
+
+    def __init__(self, cfg: MetricsConfig, run_dir: Path, resume: bool, enabled: bool = True):
+        self.cfg, self.enabled = cfg, enabled
+        self.path = run_dir / "metrics.jsonl"
+        self._file = None
+        self._tb = None
+        if not enabled:
+            return
+        # A fresh run starts a new file; a resumed one appends after the records of the steps it keeps.
+        self._file = open(self.path, "a" if resume else "w", encoding="utf-8")
+        if cfg.tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise ImportError("TensorBoard logging needs the tensorboard package: pip install tensorboard "
+                                  "(or set metrics.tensorboard=false)") from None
+            self._tb = SummaryWriter(log_dir=str(run_dir / "tb"))
+
+    def log(self, record: dict) -> None:
+        if not self.enabled:
+            return
+        self._write(record)
+        if self._tb is not None:
+            for key, value in record.items():
+                if key != "step" and isinstance(value, (int, float)):
+                    self._tb.add_scalar(f"train/{key}", value, record["step"])
+
+    def event(self, event: str, step: int, **fields) -> None:
+        if self.enabled:
+            self._write({"event": event, "step": step, "time": round(time.time(), 3), **fields})
+
+    def _write(self, record: dict) -> None:
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+
+class Console:
+    """A rich progress bar (loss, tokens/s, ETA) on a terminal; a plain line every log_interval steps otherwise."""
+
+    def __init__(self, cfg: MetricsConfig, total_steps: int, start_step: int, enabled: bool = True):
+        self.cfg, self.total = cfg, total_steps
+        self.enabled = enabled
+        self._progress = None
+        if enabled and cfg.progress and sys.stderr.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                                      TextColumn("{task.fields[info]}"), TimeRemainingColumn(), transient=False)
+            self._task = self._progress.add_task("train", total=total_steps, completed=start_step, info="")
+            self._progress.start()
+
+    def update(self, rec: dict) -> None:
+        if not self.enabled:
+            return
+        info = (f"loss {rec['loss']:.4f}  lr {rec['lr']:.2e}  {rec['tokens_per_s']:,.0f} tok/s  "
+                f"mfu {100 * rec['mfu']:.1f}%")
+        if self._progress is not None:
+            self._progress.update(self._task, completed=rec["step"], info=info)
+        elif rec["step"] % self.cfg.log_interval == 0 or rec["step"] == self.total:
+            print(f"step {rec['step']}/{self.total}  {info}", flush=True)
+
+    def print(self, msg: str) -> None:
+        if not self.enabled:
+            return
+        if self._progress is not None:
+            self._progress.console.print(msg)
+        else:
+            print(msg, flush=True)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None

@@ -1,0 +1,48 @@
+import os
+import subprocess
+import sys
+
+from bessemer.report.run_report import read_metrics
+
+ENV = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+
+
+def demo(*args):
+    return subprocess.run([sys.executable, "-m", "bessemer.cli", "demo", *args], capture_output=True, text=True,
+                          env=ENV, timeout=600)
+
+
+def test_demo_end_to_end_small(tmp_path):
+    """The demo's whole path (corpus, tokenizer, shards, training, report), shortened to 40 debug-model steps."""
+    run = tmp_path / "demo"
+    proc = demo("--run-dir", str(run), "--model.name=debug", "--train.steps=40", "--train.warmup=5",
+                "--checkpoint.interval=20")
+    assert proc.returncode == 0, proc.stderr
+    assert f"report: {run / 'report' / 'index.html'}" in proc.stdout
+    assert (run / "data" / "tokenizer" / "tokenizer.json").is_file()
+    records, events = read_metrics(run / "metrics.jsonl")
+    assert len(records) == 40 and records[-1]["loss"] < records[0]["loss"] - 1.0
+    assert {e["step"] for e in events if e["event"] == "checkpoint_saved"} == {20, 40}
+    html = (run / "report" / "index.html").read_text()
+    assert 'name = "debug"' in html and "loss.png" in html
+    # Running it again replaces the demo's own directory.
+    assert demo("--run-dir", str(run), "--model.name=debug", "--train.steps=2").returncode == 0
+
+
+def test_demo_refuses_a_directory_it_did_not_make(tmp_path):
+    (tmp_path / "precious.txt").write_text("keep me")
+    proc = demo("--run-dir", str(tmp_path))
+    assert proc.returncode == 2 and "was not made by the demo" in proc.stderr
+    assert (tmp_path / "precious.txt").read_text() == "keep me"
+
+
+def test_tokenizer_loads_in_transformers_format(tmp_path):
+    """tokenizer.json is the HF format: tokenizers loads it and round-trips mixed text byte-exactly."""
+    from bessemer.tokenizer.bpe import EOS, load_tokenizer, train_bpe
+
+    text = ["def f(x):\n    return x + 1\n", "民法典第一千一百七十九条", "plain English prose."] * 20
+    path = train_bpe(text, 300, tmp_path)
+    tok = load_tokenizer(path)
+    for t in text[:3]:
+        assert tok.decode(tok.encode(t).ids) == t
+    assert tok.token_to_id(EOS) is not None

@@ -1,0 +1,155 @@
+"""End to end through the `bessemer` command, as a user runs it: real processes, real signals, real files."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from bessemer.config import load_config
+from bessemer.report.run_report import read_metrics
+
+BESSEMER = [sys.executable, "-m", "bessemer.cli"]
+ENV = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+STEP_KEYS = {"step", "loss", "lr", "grad_norm", "tokens_per_s", "mfu", "step_time_s"}
+
+
+def bessemer(*args, check=True):
+    proc = subprocess.run([*BESSEMER, *args], capture_output=True, text=True, env=ENV, timeout=300)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def losses(run_dir) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in read_metrics(Path(run_dir) / "metrics.jsonl")[0]}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The uninterrupted 50-step run of configs/debug.toml (deterministic, fp32)."""
+    run = tmp_path_factory.mktemp("ref") / "R"
+    bessemer("train", "configs/debug.toml", "--train.steps=50", f"--run.dir={run}")
+    return run
+
+
+def test_debug_run_writes_50_step_records_and_resolved_config(reference):
+    records, events = read_metrics(reference / "metrics.jsonl")
+    assert [r["step"] for r in records] == list(range(1, 51))
+    for r in records:
+        assert STEP_KEYS <= r.keys()
+        assert r["tokens_per_s"] > 0 and 0 < r["mfu"] and r["step_time_s"] > 0
+    assert records[-1]["loss"] < records[0]["loss"] - 1.0  # it learns
+    assert any(e["event"] == "checkpoint_saved" and e["step"] == 50 for e in events)
+    resolved = load_config(reference / "config.toml")
+    assert resolved.train.steps == 50 and resolved.run.dir == str(reference)
+    assert resolved.model.vocab_size == 1024  # resolved from the data
+    assert list((reference / "tb").glob("events.out.tfevents.*"))
+
+
+def test_same_seed_deterministic_runs_are_identical(reference, tmp_path):
+    bessemer("train", "configs/debug.toml", "--train.steps=50", f"--run.dir={tmp_path}",
+             "--metrics.tensorboard=false")
+    assert losses(tmp_path) == losses(reference)
+
+
+def _wait_for(predicate, proc, timeout=120):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert proc.poll() is None, f"training ended early: {proc.communicate()}"
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_resume_after_kill9_gives_bitwise_the_same_losses(reference, tmp_path):
+    run = tmp_path / "R"
+    proc = subprocess.Popen([*BESSEMER, "train", "configs/debug.toml", "--train.steps=50", f"--run.dir={run}",
+                             "--checkpoint.interval=25"], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    latest = run / "checkpoints" / "latest"
+    _wait_for(lambda: latest.is_file() and "25" in latest.read_text(), proc)
+    proc.kill()  # SIGKILL: no chance to save anything more
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    bessemer("train", "configs/debug.toml", "--train.steps=50", f"--run.dir={run}", "--checkpoint.interval=25",
+             "--resume")
+    resumed, ref = losses(run), losses(reference)
+    assert [resumed[s] for s in range(26, 51)] == [ref[s] for s in range(26, 51)]
+    events = [e["event"] for e in read_metrics(run / "metrics.jsonl")[1]]
+    assert "checkpoint_loaded" in events
+
+
+def test_ctrl_c_finishes_the_step_saves_and_exits_130(reference, tmp_path):
+    run = tmp_path / "R"
+    proc = subprocess.Popen([*BESSEMER, "train", "configs/debug.toml", "--train.steps=50", f"--run.dir={run}"],
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = run / "metrics.jsonl"
+    _wait_for(lambda: metrics.is_file() and metrics.read_text().count('"loss"') >= 5, proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "state saved" in err
+    stopped = int((run / "checkpoints" / "latest").read_text().strip().removeprefix("step_"))
+    assert 5 <= stopped < 50 and max(losses(run)) == stopped  # the step in flight was finished and saved
+    bessemer("train", "configs/debug.toml", "--train.steps=50", f"--run.dir={run}", "--resume")
+    resumed, ref = losses(run), losses(reference)
+    assert [resumed[s] for s in range(1, 51)] == [ref[s] for s in range(1, 51)]
+
+
+def test_fresh_run_refuses_a_directory_with_checkpoints(reference):
+    proc = bessemer("train", "configs/debug.toml", "--train.steps=50", f"--run.dir={reference}", check=False)
+    assert proc.returncode != 0 and "pass --resume" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["configs/debug.toml", "--train.stpes=5"], "train.steps"),
+    (["configs/nope.toml"], "config file not found: configs/nope.toml"),
+    (["configs/debug.toml", "--train.steps=abc"], "train.steps: expected an integer, got 'abc'"),
+    (["configs/debug.toml", "--data.path=/nonexistent"], "no token shards at /nonexistent"),
+    (["configs/debug.toml", "--train.steps"], "must look like --section.key=value"),
+])
+def test_user_errors_are_one_line(args, message, tmp_path):
+    proc = bessemer("train", *args, f"--run.dir={tmp_path}", check=False)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_help_lists_sections_and_fields():
+    out = bessemer("train", "--help").stdout
+    for text in ("[train]", "train.steps", "Optimizer steps", "[checkpoint]", "checkpoint.interval", "--resume"):
+        assert text in out
+
+
+def test_dry_run_reports_without_training(tmp_path):
+    out = bessemer("train", "configs/debug.toml", "--dry-run", f"--run.dir={tmp_path}").stdout
+    assert "1,049,728 parameters" in out and "steps = 100" in out
+    assert not (tmp_path / "metrics.jsonl").exists()
+    tomllib.loads(out.split("\n# model")[0])
+
+
+def test_gradient_accumulation_matches_one_big_batch(tmp_path):
+    from bessemer.train.trainer import Trainer
+
+    def run(micro, sub):
+        cfg = load_config("configs/debug.toml", [f"--run.dir={tmp_path / sub}", "--train.steps=5",
+                                                 f"--train.micro_batch={micro}", "--metrics.tensorboard=false",
+                                                 "--checkpoint.at_end=false", "--metrics.peak_tflops=1"])
+        trainer = Trainer(cfg, log=True)
+        trainer.train()
+        return losses(tmp_path / sub)
+
+    one, four = run(8, "a"), run(2, "b")
+    assert one.keys() == four.keys()
+    for s in one:
+        assert abs(one[s] - four[s]) < 1e-4, (s, one[s], four[s])
+
+
+def test_bf16_autocast_trains(tmp_path):
+    bessemer("train", "configs/debug.toml", "--train.steps=20", f"--run.dir={tmp_path}", "--precision.dtype=bf16",
+             "--train.deterministic=false", "--metrics.tensorboard=false")
+    records = read_metrics(tmp_path / "metrics.jsonl")[0]
+    assert len(records) == 20 and records[-1]["loss"] < records[0]["loss"]
