@@ -1,16 +1,16 @@
 # Everything a fresh machine needs: `make demo` and `make test` create .venv and install on first use.
-PYTHON ?= python3.11
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .PHONY: demo test setup bench clean
 
+# torch is pinned here (pyproject has a range for users) so that set-up never pulls a multi-GB CUDA build.
 $(STAMP): pyproject.toml Makefile
-	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python >= 3.11) on PATH"; exit 1; }
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null || { echo "need Python >= 3.11 (set PYTHON=...)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	# Pinned here so a range in pyproject never pulls a multi-GB CUDA build on a CPU machine.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@
