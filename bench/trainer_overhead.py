@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO))
 
 from bessemer.config import load_config  # noqa: E402
 from bessemer.model.llama import build_model  # noqa: E402
-from bessemer.train.optim import build_lr_schedule, build_optimizer  # noqa: E402
+from bessemer.train.optim import LRMultiplier, build_adamw  # noqa: E402
 from bessemer.train.trainer import Trainer  # noqa: E402
 
 
@@ -47,8 +47,9 @@ def time_anchor(run_dir: Path, steps: int, batches: list, model_args) -> float:
     cfg = make_config(run_dir, steps)
     torch.manual_seed(cfg.run.seed)
     model = build_model(model_args, cfg.train.seq_len)
-    opt = build_optimizer(model, cfg.train)
-    sched = build_lr_schedule(opt, cfg.train)
+    t = cfg.train
+    opt = build_adamw(model, t)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, LRMultiplier(t.warmup, t.steps, t.schedule, t.min_lr_ratio))
     accum = cfg.train.global_batch // cfg.train.micro_batch
     t0 = time.perf_counter()
     for step in range(steps):

@@ -12,13 +12,16 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train", help="train a model from a TOML config",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        usage="bessemer train CONFIG [--resume] [--dry-run] [--section.key=value ...]",
+        usage="bessemer train CONFIG [--nproc N] [--resume] [--dry-run] [--section.key=value ...]",
         description="Train a model. Any config key can be overridden: --train.steps=50 --run.dir=runs/x",
         epilog="config sections and keys:\n\n" + describe())
     p.add_argument("config", help="TOML file, e.g. configs/debug.toml")
     p.add_argument("--resume", action="store_true",
                    help="continue from the newest checkpoint in the run's checkpoint dir (fresh start if none)")
     p.add_argument("--dry-run", action="store_true", help="resolve and check the config, print the run, don't train")
+    p.add_argument("--nproc", type=int, default=0, metavar="N",
+                   help="start N local processes with torchrun (one per GPU, or CPU processes with gloo); not "
+                        "needed when already running under torchrun or srun")
 
 
 def _cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
@@ -28,12 +31,25 @@ def _cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
     if args.dry_run:
         from bessemer.train.dry_run import describe_run
 
-        print(describe_run(cfg))
+        print(describe_run(cfg, args.nproc or 1))
         return 0
+    if args.nproc:
+        from bessemer.parallel.launch import run_torchrun, under_launcher
+        from bessemer.parallel.layout import check_job
+
+        if not under_launcher():
+            check_job(cfg, args.nproc)  # a bad layout fails here, before any process starts
+            return run_torchrun(args.nproc, ["train", args.config, *(["--resume"] if args.resume else []),
+                                             *split_overrides(overrides)])
     from bessemer.train.trainer import Trainer
 
-    Trainer(cfg, resume=args.resume).train()
-    print(f"done: {cfg.run.dir}/metrics.jsonl")
+    trainer = Trainer(cfg, resume=args.resume)
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    if trainer.is_main:
+        print(f"done: {cfg.run.dir}/metrics.jsonl")
     return 0
 
 

@@ -92,6 +92,44 @@ class TrainConfig:
 
 
 @dataclass
+class ParallelConfig:
+    dp_replicate: int = opt(1, "Data-parallel replica groups (each holds a full copy of what dp_shard shards); "
+                            "with dp_shard > 1 this is HSDP.")
+    dp_shard: int = opt(-1, "Data-parallel ranks that shard parameters, gradients and optimizer states (FSDP2 / "
+                        "ZeRO-3); -1 = what the world size leaves after dp_replicate x tp x pp.")
+    tp: int = opt(1, "Tensor-parallel degree: attention heads and FFN columns split across this many ranks.")
+    pp: int = opt(1, "Pipeline-parallel degree: the layers split into this many stages.")
+    pp_schedule: Literal["gpipe", "1f1b", "interleaved_1f1b", "zero_bubble"] = opt(
+        "1f1b", "Pipeline schedule. interleaved_1f1b and zero_bubble run parallel.virtual_stages stages per rank.")
+    virtual_stages: int = opt(0, "Pipeline stages per rank; 0 = 1 for gpipe/1f1b, 2 for interleaved_1f1b and "
+                              "zero_bubble.")
+    pp_layers: list[int] = opt([], "Layers per pipeline stage, first to last (uneven splits); empty = even split.")
+    microbatches: int = opt(0, "Pipeline micro-batches per train.micro_batch (must divide it); 0 = the number of "
+                            "pipeline stages.")
+    sequence_parallel: bool = opt(False, "With tp > 1: shard norms and residual activations along the sequence.")
+    loss_parallel: bool = opt(False, "With tp > 1: keep logits sharded over the vocabulary and compute the loss "
+                              "without gathering them.")
+    init_from_full: bool = opt(True, "Initialise by building the full model on CPU on every rank with run.seed and "
+                               "keeping each rank's part: weights identical to a single-process run. Set false "
+                               "when the full model does not fit in host memory (each shard then initialises "
+                               "itself).")
+
+    def validate(self) -> None:
+        for key in ("dp_replicate", "tp", "pp", "virtual_stages", "microbatches"):
+            if getattr(self, key) < (0 if key in ("virtual_stages", "microbatches") else 1):
+                raise ConfigError(f"parallel.{key} must be >= {0 if key in ('virtual_stages', 'microbatches') else 1}"
+                                  f", got {getattr(self, key)}")
+        if self.dp_shard == 0 or self.dp_shard < -1:
+            raise ConfigError(f"parallel.dp_shard must be >= 1 or -1 (the rest of the world), got {self.dp_shard}")
+
+    @property
+    def stages_per_rank(self) -> int:
+        if self.virtual_stages:
+            return self.virtual_stages
+        return 2 if self.pp_schedule in ("interleaved_1f1b", "zero_bubble") else 1
+
+
+@dataclass
 class PrecisionConfig:
     dtype: Literal["fp32", "bf16"] = opt("fp32", "Compute dtype. bf16 runs forward/backward under autocast; "
                                          "parameters and optimizer states stay fp32.")
@@ -131,6 +169,7 @@ class JobConfig:
     model: ModelConfig = section(ModelConfig, "Which model to build.")
     data: DataConfig = section(DataConfig, "Where the token shards are.")
     train: TrainConfig = section(TrainConfig, "Steps, batch, sequence length, optimizer and schedule.")
+    parallel: ParallelConfig = section(ParallelConfig, "How the model and batch are split over ranks (3D).")
     precision: PrecisionConfig = section(PrecisionConfig, "Numeric formats.")
     checkpoint: CheckpointConfig = section(CheckpointConfig, "When and where state is saved.")
     metrics: MetricsConfig = section(MetricsConfig, "What is logged where.")

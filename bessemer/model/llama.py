@@ -148,13 +148,16 @@ class Transformer(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 
-    def init_weights(self) -> None:
-        """Fill every parameter and buffer (also after `to_empty()` from the meta device)."""
-        device = self.rope_cos.device
+    def init_buffers(self) -> None:
+        """Fill the derived buffers (RoPE tables), e.g. after `to_empty()` when the weights come from elsewhere."""
         with torch.no_grad():
-            cos, sin = rope_cos_sin(self.args, self.max_seq_len, device)
+            cos, sin = rope_cos_sin(self.args, self.max_seq_len, self.rope_cos.device)
             self.rope_cos.copy_(cos)
             self.rope_sin.copy_(sin)
+
+    def init_weights(self) -> None:
+        """Fill every parameter and buffer (also after `to_empty()` from the meta device)."""
+        self.init_buffers()
         if self.tok_embeddings is not None:
             nn.init.normal_(self.tok_embeddings.weight)
         for layer in self.layers.values():

@@ -6,6 +6,12 @@ the same `ModelArgs`, and a test checks that both count the same parameters.
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from bessemer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from bessemer.config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -86,8 +92,14 @@ def flops_per_token(args: ModelArgs, seq_len: int) -> float:
 def get_model_args(name: str, vocab_size: int = 0) -> ModelArgs:
     """The registry entry, optionally with another vocabulary (e.g. the data's tokenizer)."""
     if name not in MODEL_SIZES:
-        from bessemer.errors import ConfigError
-
         raise ConfigError(f"unknown model size {name!r}; choose one of {', '.join(MODEL_SIZES)}")
     args = MODEL_SIZES[name]
     return args.with_vocab(vocab_size) if vocab_size and vocab_size != args.vocab_size else args
+
+
+def resolve_model_args(cfg: "ModelConfig", data_vocab: int) -> ModelArgs:
+    """The registry size with the vocabulary the data needs (model.vocab_size, if set, must cover it)."""
+    vocab = cfg.vocab_size or data_vocab
+    if vocab < data_vocab:
+        raise ConfigError(f"model.vocab_size {vocab} is smaller than the data's vocabulary ({data_vocab})")
+    return get_model_args(cfg.name, vocab)

@@ -96,6 +96,9 @@ def build_report(run_dir: str | Path) -> Path:
             ("mean MFU", f"{100 * s['mean_mfu']:.1f}%"), ("mean step time", f"{s['mean_step_time_s']:.3f} s"),
             ("training time", f"{s['train_time_s']:.1f} s"),
             ("checkpoints saved", sum(e["event"] == "checkpoint_saved" for e in events))]
+    started = [e for e in events if e["event"] == "run_started"]
+    if started:
+        rows.insert(0, ("layout", started[-1]["layout"]))
     config_path = run_dir / "config.toml"
     config = config_path.read_text(encoding="utf-8") if config_path.is_file() else "(no config.toml)"
     table = "\n".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)

@@ -3,9 +3,11 @@
 from bessemer.config import JobConfig, to_toml
 from bessemer.dataset.shards import TokenDataset
 from bessemer.model.registry import count_params, flops_per_token, get_model_args
+from bessemer.parallel.layout import check_job
 
 
-def describe_run(cfg: JobConfig) -> str:
+def describe_run(cfg: JobConfig, world_size: int = 1) -> str:
+    dims = check_job(cfg, world_size)
     data = TokenDataset(cfg.data.path)
     vocab = cfg.model.vocab_size or data.vocab_size
     args = get_model_args(cfg.model.name, vocab)
@@ -21,6 +23,7 @@ def describe_run(cfg: JobConfig) -> str:
         f"{', '.join(data.domains)}",
         f"# {t.steps} steps x {tokens_per_step:,} tokens = {t.steps * tokens_per_step:,} tokens "
         f"({t.steps * tokens_per_step / data.stream_len:.2f} epochs), "
-        f"{t.global_batch // t.micro_batch} micro-batch(es) of {t.micro_batch} per step",
+        f"{t.global_batch // (t.micro_batch * dims.dp)} micro-batch(es) of {t.micro_batch} per rank per step",
+        f"# layout: {dims.describe()}",
     ]
     return "\n".join(lines)

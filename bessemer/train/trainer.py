@@ -12,61 +12,103 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from bessemer.checkpoint.store import Checkpointer
+from torch.distributed.tensor import DTensor
+
+from bessemer.checkpoint.store import Checkpointer, ModelParts
 from bessemer.config import JobConfig, ModelConfig, to_toml
 from bessemer.dataset.loader import TokenLoader
 from bessemer.dataset.shards import TokenDataset
 from bessemer.errors import BessemerError, TrainingInterrupted
-from bessemer.model.llama import Transformer, build_model
-from bessemer.model.registry import ModelArgs, count_params, flops_per_token, get_model_args
+from bessemer.model.llama import build_model
+from bessemer.model.registry import count_params, flops_per_token, resolve_model_args
 from bessemer.train.metrics import Console, MetricsLogger, peak_tflops
-from bessemer.train.optim import build_lr_schedule, build_optimizer
+from bessemer.parallel.apply import build_model_parts
+from bessemer.parallel.dims import Launch, ParallelDims, build_mesh, init_distributed
+from bessemer.parallel.layout import check_layout, pipeline_microbatches
+from bessemer.parallel.pipeline import build_schedule
+from bessemer.parallel.reduce import clip_grad_norm_, global_loss
+from bessemer.train.optim import LRSchedules, Optimizers
 from bessemer.train.state import RNGState, TrainState, seed_everything
-
-
-def resolve_model_args(cfg: ModelConfig, data_vocab: int) -> ModelArgs:
-    """The registry size with the vocabulary the data needs (model.vocab_size, if set, must cover it)."""
-    vocab = cfg.vocab_size or data_vocab
-    if vocab < data_vocab:
-        raise BessemerError(f"model.vocab_size {vocab} is smaller than the data's vocabulary ({data_vocab})")
-    return get_model_args(cfg.name, vocab)
 
 
 def compute_dtype(name: str) -> torch.dtype:
     return {"fp32": torch.float32, "bf16": torch.bfloat16}[name]
 
 
+def build_device(launch: Launch) -> torch.device:
+    if torch.cuda.is_available():
+        torch.cuda.set_device(launch.local_rank)
+        return torch.device("cuda", launch.local_rank)
+    return torch.device("cpu")
+
+
 class Trainer:
     def __init__(self, cfg: JobConfig, resume: bool = False, log: bool = True):
         self.cfg = cfg
         self.run_dir = Path(cfg.run.dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+        self.launch = Launch.from_env()
+        self.is_main = self.launch.rank == 0
+        self.device = build_device(self.launch)
         self.dtype = compute_dtype(cfg.precision.dtype)
         seed_everything(cfg.run.seed, cfg.train.deterministic)
 
         self.dataset = TokenDataset(cfg.data.path)
         self.model_args = resolve_model_args(cfg.model, self.dataset.vocab_size)
-        self.model: Transformer = build_model(self.model_args, cfg.train.seq_len, self.device)
-        self.loader = TokenLoader(self.dataset, cfg.train.seq_len, cfg.train.global_batch, cfg.train.micro_batch)
-        self.optimizer = build_optimizer(self.model, cfg.train)
-        self.lr_schedule = build_lr_schedule(self.optimizer, cfg.train)
+        self.dims = ParallelDims.from_config(cfg.parallel, self.launch.world_size)
+        self.mesh = None
+        self.pp_schedule = None
+        if self.launch.distributed:
+            self._build_distributed()
+        else:
+            self.model_parts = [build_model(self.model_args, cfg.train.seq_len, self.device)]
+        self.has_first = self.has_last = True  # pipeline: whether this rank feeds tokens / computes the loss
+        if self.dims.pp > 1:
+            self.has_first = any(s.is_first for s in self.pp_stages)
+            self.has_last = any(s.is_last for s in self.pp_stages)
+        dp_rank = self.dp_mesh.get_local_rank() if self.mesh is not None else 0
+        self.loader = TokenLoader(self.dataset, cfg.train.seq_len, cfg.train.global_batch, cfg.train.micro_batch,
+                                  dp_rank=dp_rank, dp_world=self.dims.dp)
+        self.optimizers = Optimizers(self.model_parts, cfg.train)
+        self.lr_schedules = LRSchedules(self.optimizers, cfg.train)
         self.state = TrainState()
         self.checkpointer = Checkpointer(cfg.checkpoint, self.run_dir, {
-            "model": self.model, "optimizer": self.optimizer, "lr_schedule": self.lr_schedule,
-            "dataloader": self.loader, "rng": RNGState(), "train_state": self.state})
+            "model": ModelParts(self.model_parts), "optimizer": self.optimizers, "lr_schedule": self.lr_schedules,
+            "dataloader": self.loader, "rng": RNGState(), "train_state": self.state},
+            rank=self.launch.rank, world_size=self.launch.world_size)
 
+        if self.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
         resumed_from = self._restore(resume)
-        self._write_config()
-        self.metrics = MetricsLogger(cfg.metrics, self.run_dir, resume=resumed_from is not None, enabled=log)
+        if self.is_main:
+            self._write_config()
+        self.metrics = MetricsLogger(cfg.metrics, self.run_dir, resume=resumed_from is not None,
+                                     enabled=log and self.is_main)
+        self.metrics.event("run_started", self.state.step, layout=self.dims.describe(),
+                           world_size=self.launch.world_size, device=self.device.type)
         if resumed_from is not None:
             self.metrics.event("checkpoint_loaded", resumed_from, path=str(self.checkpointer.dir))
         self.tokens_per_step = cfg.train.global_batch * cfg.train.seq_len
         self.flops_per_token = flops_per_token(self.model_args, cfg.train.seq_len)
         tflops, self.peak_source = peak_tflops(cfg.metrics, self.device, self.dtype)
-        self.peak_flops = tflops * 1e12
-        self.console = Console(cfg.metrics, cfg.train.steps, self.state.step, enabled=log)
+        self.peak_flops = tflops * 1e12 * self.launch.world_size  # MFU counts every device
+        self.console = Console(cfg.metrics, cfg.train.steps, self.state.step, enabled=log and self.is_main)
         self._stop_signal: int | None = None
+
+    def _build_distributed(self) -> None:
+        """Check the layout (before any collective), join the group, build the mesh and this rank's parts."""
+        cfg, dims = self.cfg, self.dims
+        check_layout(self.model_args, dims, cfg.parallel, cfg.train.micro_batch)
+        self.pp_microbatches = pipeline_microbatches(cfg.parallel, dims.pp, cfg.train.micro_batch)
+        init_distributed(self.launch, self.device.type)
+        self.mesh, self.dp_mesh = build_mesh(dims, self.device.type)
+        self.model_parts, stage_ids = build_model_parts(self.model_args, cfg.train.seq_len, dims, self.mesh,
+                                                        cfg.parallel, self.device, cfg.run.seed)
+        self.tp_rank = self.mesh["tp"].get_local_rank()
+        if dims.pp > 1:
+            num_stages = dims.pp * cfg.parallel.stages_per_rank
+            self.pp_schedule, self.pp_stages = build_schedule(
+                self.model_parts, stage_ids, num_stages, cfg.parallel.pp_schedule, self.pp_microbatches,
+                self._pipeline_loss, self.device, self.mesh["pp"].get_group())
 
     def _restore(self, resume: bool) -> int | None:
         latest = self.checkpointer.latest_step()
@@ -78,8 +120,9 @@ class Trainer:
         return self.checkpointer.load(latest)
 
     def _write_config(self) -> None:
-        resolved = dataclasses.replace(self.cfg, model=dataclasses.replace(self.cfg.model,
-                                                                           vocab_size=self.model_args.vocab_size))
+        resolved = dataclasses.replace(
+            self.cfg, model=dataclasses.replace(self.cfg.model, vocab_size=self.model_args.vocab_size),
+            parallel=dataclasses.replace(self.cfg.parallel, dp_shard=self.dims.dp_shard))
         (self.run_dir / "config.toml").write_text(to_toml(resolved), encoding="utf-8")
 
     def autocast(self) -> contextlib.AbstractContextManager:
@@ -87,28 +130,66 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.dtype)
 
-    def train_step(self) -> dict:
-        """One optimizer step: accumulate gradients over micro-batches, clip, update, advance the schedule."""
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
+    def loss_context(self) -> contextlib.AbstractContextManager:
+        """Under loss parallelism the logits stay sharded over the vocabulary; cross-entropy must know."""
+        if self.dims.tp > 1 and self.cfg.parallel.loss_parallel:
+            from torch.distributed.tensor.parallel import loss_parallel
+
+            return loss_parallel()
+        return contextlib.nullcontext()
+
+    @staticmethod
+    def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1))  # mean over B*T tokens
+
+    def _pipeline_loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        # Scaled so the gradients summed over all micro-batches of the step are those of the global batch's
+        # mean loss. (The schedule's own scale_grads is off: it would rescale gradients already accumulated
+        # by the previous train.micro_batch.)
+        return self.loss_fn(logits, targets) / (self.loader.accum_steps * self.pp_microbatches)
+
+    def forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor | None:
+        """Forward and backward of one micro-batch; returns its mean loss where this rank computes it."""
         accum = self.loader.accum_steps
-        loss_sum = torch.zeros((), device=self.device)
-        for _ in range(accum):
-            inputs, targets = (t.to(self.device, non_blocking=True) for t in self.loader.next_batch())
+        with self.loss_context():
+            if self.pp_schedule is not None:
+                losses: list[torch.Tensor] = []
+                args = (inputs,) if self.has_first else ()
+                with self.autocast():
+                    self.pp_schedule.step(*args, target=targets if self.has_last else None, losses=losses)
+                return torch.stack(losses).sum().detach() * accum if self.has_last else None
             with self.autocast():
-                logits = self.model(inputs)  # (B, T, vocab)
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1))
+                logits = self.model_parts[0](inputs)  # (B, T, vocab)
+            loss = self.loss_fn(logits, targets)
             # Each micro-batch's mean loss is scaled so the summed gradients equal the global batch's mean.
             (loss / accum).backward()
-            loss_sum += loss.detach()
+        loss = loss.detach()
+        return loss.full_tensor() if isinstance(loss, DTensor) else loss
+
+    def train_step(self) -> dict:
+        """One optimizer step: accumulate gradients over micro-batches, clip, update, advance the schedule."""
+        for part in self.model_parts:
+            part.train()
+        self.optimizers.zero_grad()
+        loss_sum = torch.zeros((), device=self.device)
+        for _ in range(self.loader.accum_steps):
+            inputs, targets = (t.to(self.device, non_blocking=True) for t in self.loader.next_batch())
+            loss = self.forward_backward(inputs, targets)
+            if loss is not None:
+                loss_sum += loss
+        loss = loss_sum / self.loader.accum_steps
         max_norm = self.cfg.train.grad_clip if self.cfg.train.grad_clip > 0 else math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-        lr = self.optimizer.param_groups[0]["lr"]
-        self.optimizer.step()
-        self.lr_schedule.step()
+        grad_norm = clip_grad_norm_(self.optimizers.params, max_norm,
+                                    self.mesh["pp"].get_group() if self.dims.pp > 1 else None)
+        lr = self.optimizers.lr
+        self.optimizers.step()
+        self.lr_schedules.step()
         self.state.step += 1
         self.state.tokens_seen += self.tokens_per_step
-        return {"loss": (loss_sum / accum).item(), "grad_norm": grad_norm.item(), "lr": lr}
+        if self.launch.distributed:
+            holds = self.has_last and self.tp_rank == 0
+            loss = global_loss(loss, holds, self.dims.dp, self.device)
+        return {"loss": loss.item(), "grad_norm": grad_norm.item(), "lr": lr}
 
     def train(self) -> None:
         cfg = self.cfg
@@ -125,9 +206,10 @@ class Trainer:
                               "tokens_seen": self.state.tokens_seen, "data_epoch": round(self.loader.epoch, 6)}
                     self.metrics.log(record)
                     self.console.update(record)
-                    if self._stop_signal is not None:
+                    stop = self._agreed_stop()
+                    if stop is not None:
                         self.save()
-                        raise TrainingInterrupted(self._stop_signal, self.state.step)
+                        raise TrainingInterrupted(stop, self.state.step)
                     if self.checkpointer.due(self.state.step) and self.state.step < cfg.train.steps:
                         self.save()
                 if cfg.checkpoint.at_end:
@@ -135,6 +217,18 @@ class Trainer:
             finally:
                 self.console.close()
                 self.metrics.close()
+
+    def _agreed_stop(self) -> int | None:
+        """The stop signal, agreed by every rank so that all of them save at the same step."""
+        if not self.launch.distributed:
+            return self._stop_signal
+        flag = torch.tensor(self._stop_signal or 0, device=self.device)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        return int(flag) or None
+
+    def close(self) -> None:
+        if self.launch.distributed and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
     def save(self) -> None:
         t0 = time.perf_counter()
@@ -144,11 +238,12 @@ class Trainer:
 
     def summary(self) -> str:
         cfg, n = self.cfg.train, count_params(self.model_args)["total"]
-        return (f"model {self.cfg.model.name}: {n / 1e6:.2f}M parameters, vocab {self.model_args.vocab_size}; "
+        return (f"layout: {self.dims.describe()}; "
+                f"model {self.cfg.model.name}: {n / 1e6:.2f}M parameters, vocab {self.model_args.vocab_size}; "
                 f"{cfg.global_batch} x {cfg.seq_len} tokens per step ({self.loader.accum_steps} micro-batches of "
                 f"{cfg.micro_batch}); steps {self.state.step + 1}..{cfg.steps}; "
-                f"{self.device.type} {self.cfg.precision.dtype}; MFU against {self.peak_flops / 1e12:.2f} TFLOP/s "
-                f"({self.peak_source}); run dir {self.run_dir}")
+                f"{self.device.type} {self.cfg.precision.dtype}; MFU against {self.peak_flops / 1e12:.2f} TFLOP/s for "
+                f"{self.launch.world_size} device(s) ({self.peak_source}); run dir {self.run_dir}")
 
     @contextlib.contextmanager
     def _stop_on_signals(self):

@@ -153,3 +153,16 @@ def test_bf16_autocast_trains(tmp_path):
              "--train.deterministic=false", "--metrics.tensorboard=false")
     records = read_metrics(tmp_path / "metrics.jsonl")[0]
     assert len(records) == 20 and records[-1]["loss"] < records[0]["loss"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--nproc=2", "--parallel.tp=3"], "world size 2 is not divisible by dp_replicate x tp x pp = 1 x 3 x 1 = 3"),
+    (["--nproc=4", "--parallel.tp=4"], "parallel.tp = 4 does not divide the model's n_kv_heads (2)"),
+    (["--nproc=2", "--parallel.pp=2", "--parallel.microbatches=3"], "parallel.microbatches (3) must divide"),
+    (["--nproc=2", "--parallel.pp=8", "--parallel.dp_shard=1"], "dp_replicate x dp_shard x tp x pp = 1 x 1 x 1 x 8"),
+    (["--parallel.tp=2"], "world size 1 is not divisible"),
+])
+def test_invalid_layouts_fail_before_any_process_starts(args, message, tmp_path):
+    proc = bessemer("train", "configs/debug.toml", f"--run.dir={tmp_path}", *args, check=False)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "torch.distributed.run" not in proc.stderr

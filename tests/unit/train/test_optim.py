@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from bessemer.config import TrainConfig
-from bessemer.train.optim import LRMultiplier, build_lr_schedule, build_optimizer
+from bessemer.train.optim import LRMultiplier, LRSchedules, Optimizers
 
 
 def test_warmup_is_linear_to_peak():
@@ -26,21 +26,45 @@ def test_cosine_is_monotone_after_warmup():
     assert values[-1] == 0.0
 
 
-def test_schedule_drives_the_optimizer_and_round_trips():
-    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+def _parts():
+    torch.manual_seed(0)
+    return [torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4)), torch.nn.Linear(4, 2)]
+
+
+def test_schedule_drives_every_optimizer_and_round_trips():
+    parts = _parts()
     cfg = TrainConfig(lr=1.0, warmup=2, steps=6, schedule="linear", min_lr_ratio=0.0)
-    opt = build_optimizer(model, cfg)
-    assert [g["weight_decay"] for g in opt.param_groups] == [cfg.weight_decay, 0.0]  # no decay on 1-D params
-    assert len(opt.param_groups[1]["params"]) == 3  # linear bias, norm weight and bias
-    sched = build_lr_schedule(opt, cfg)
+    opts = Optimizers(parts, cfg)
+    first = opts.optimizers[0]
+    assert [g["weight_decay"] for g in first.param_groups] == [cfg.weight_decay, 0.0]  # no decay on 1-D params
+    assert len(first.param_groups[1]["params"]) == 3  # linear bias, norm weight and bias
+    sched = LRSchedules(opts, cfg)
     lrs = []
     for _ in range(3):
-        lrs.append(opt.param_groups[0]["lr"])
-        opt.step()
+        lrs.append(opts.lr)
+        opts.step()
         sched.step()
     assert lrs == [0.5, 1.0, 1.0]
-    state = sched.state_dict()
-    opt2 = build_optimizer(model, cfg)
-    sched2 = build_lr_schedule(opt2, cfg)
-    sched2.load_state_dict(state)
-    assert sched2.get_last_lr() == sched.get_last_lr()
+    assert opts.optimizers[1].param_groups[0]["lr"] == opts.lr
+    sched2 = LRSchedules(Optimizers(parts, cfg), cfg)
+    sched2.load_state_dict(sched.state_dict())
+    assert [s.get_last_lr() for s in sched2.schedules] == [s.get_last_lr() for s in sched.schedules]
+
+
+def test_optimizer_state_is_keyed_by_parameter_name_and_round_trips():
+    parts = _parts()
+    cfg = TrainConfig(lr=0.1, warmup=0)
+    opts = Optimizers(parts, cfg)
+    for p in opts.params:
+        p.grad = torch.ones_like(p)
+    opts.step()
+    opts.zero_grad()  # as after a step; loading needs parameters without gradients
+    state = opts.state_dict()
+    assert "state.0.weight.exp_avg" in state and "state.weight.exp_avg" in state  # both parts, by name
+    fresh = Optimizers(parts, cfg)
+    fresh.load_state_dict(state)
+    again = fresh.state_dict()
+    assert state.keys() == again.keys()
+    for k in state:
+        if isinstance(state[k], torch.Tensor):
+            assert torch.equal(state[k], again[k]), k
