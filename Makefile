@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml Makefile
 setup: $(STAMP)
 
 demo: $(STAMP)
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BIN)/bessemer demo
+	$(BIN)/bessemer demo
 
 test: $(STAMP)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BIN)/python -m pytest

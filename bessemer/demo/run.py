@@ -24,8 +24,7 @@ def _fresh_dir(run_dir: Path) -> None:
 
 def run_demo(run_dir: str | Path, overrides: list[str] = ()) -> Path:
     from bessemer.demo.corpus import build_token_data
-    from bessemer.report.run_report import build_report, summarize, read_metrics
-    from bessemer.train.trainer import Trainer
+    from bessemer.report.run_report import build_report, read_metrics, summarize
 
     if not DEMO_CONFIG.is_file():
         raise BessemerError(f"the demo runs from a source checkout: {DEMO_CONFIG} not found")
@@ -41,8 +40,22 @@ def run_demo(run_dir: str | Path, overrides: list[str] = ()) -> Path:
     cfg.data.path = str(shards)
     print(f"      done in {time.perf_counter() - t0:.1f} s: {shards}", flush=True)
 
-    print(f"[2/3] training model '{cfg.model.name}' for {cfg.train.steps} steps", flush=True)
-    Trainer(cfg).train()
+    p = cfg.parallel
+    nproc = p.dp_replicate * max(p.dp_shard, 1) * p.tp * p.pp
+    print(f"[2/3] training model '{cfg.model.name}' for {cfg.train.steps} steps on {nproc} process(es)", flush=True)
+    if nproc > 1:
+        from bessemer.parallel.launch import run_torchrun
+        from bessemer.parallel.layout import check_job
+
+        check_job(cfg, nproc)
+        code = run_torchrun(nproc, ["train", str(DEMO_CONFIG), f"--run.dir={run_dir}", f"--data.path={shards}",
+                                    *overrides])
+        if code:
+            raise BessemerError(f"training on {nproc} processes failed (exit status {code}); see the output above")
+    else:
+        from bessemer.train.trainer import Trainer
+
+        Trainer(cfg).train()
 
     print("[3/3] report", flush=True)
     report = build_report(run_dir)

@@ -13,10 +13,12 @@ def demo(*args):
 
 
 def test_demo_end_to_end_small(tmp_path):
-    """The demo's whole path (corpus, tokenizer, shards, training, report), shortened to 40 debug-model steps."""
+    """The demo's whole path (corpus, tokenizer, shards, launch, training, report), shortened to 40 steps of
+    the debug model on 2 processes (a 2-stage pipeline) instead of 8."""
     run = tmp_path / "demo"
     proc = demo("--run-dir", str(run), "--model.name=debug", "--train.steps=40", "--train.warmup=5",
-                "--checkpoint.interval=20")
+                "--checkpoint.interval=20", "--parallel.tp=1", "--parallel.dp_shard=1", "--train.micro_batch=4",
+                "--train.global_batch=8")
     assert proc.returncode == 0, proc.stderr
     assert f"report: {run / 'report' / 'index.html'}" in proc.stdout
     assert (run / "data" / "tokenizer" / "tokenizer.json").is_file()
@@ -25,8 +27,11 @@ def test_demo_end_to_end_small(tmp_path):
     assert {e["step"] for e in events if e["event"] == "checkpoint_saved"} == {20, 40}
     html = (run / "report" / "index.html").read_text()
     assert 'name = "debug"' in html and "loss.png" in html
-    # Running it again replaces the demo's own directory.
-    assert demo("--run-dir", str(run), "--model.name=debug", "--train.steps=2").returncode == 0
+    assert "world 2 = pp 2 x dp_replicate 1 x dp_shard 1 x tp 1" in html  # the layout is in the report
+    # Running it again replaces the demo's own directory (here in one process).
+    again = demo("--run-dir", str(run), "--model.name=debug", "--train.steps=2", "--parallel.pp=1",
+                 "--parallel.tp=1", "--parallel.dp_shard=1")
+    assert again.returncode == 0, again.stderr
 
 
 def test_demo_refuses_a_directory_it_did_not_make(tmp_path):
