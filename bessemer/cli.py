@@ -6,6 +6,12 @@ import sys
 from bessemer.errors import BessemerError, TrainingInterrupted
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
+
+
 def _train_parser(sub: argparse._SubParsersAction) -> None:
     from bessemer.config import describe
 
@@ -19,7 +25,7 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue from the newest checkpoint in the run's checkpoint dir (fresh start if none)")
     p.add_argument("--dry-run", action="store_true", help="resolve and check the config, print the run, don't train")
-    p.add_argument("--nproc", type=int, default=0, metavar="N",
+    p.add_argument("--nproc", type=_positive, default=1, metavar="N",
                    help="start N local processes with torchrun (one per GPU, or CPU processes with gloo); not "
                         "needed when already running under torchrun or srun")
 
@@ -31,26 +37,11 @@ def _cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
     if args.dry_run:
         from bessemer.train.dry_run import describe_run
 
-        print(describe_run(cfg, args.nproc or 1))
+        print(describe_run(cfg, args.nproc))
         return 0
-    if args.nproc:
-        from bessemer.parallel.launch import run_torchrun, under_launcher
-        from bessemer.parallel.layout import check_job
+    from bessemer.parallel.launch import train
 
-        if not under_launcher():
-            check_job(cfg, args.nproc)  # a bad layout fails here, before any process starts
-            return run_torchrun(args.nproc, ["train", args.config, *(["--resume"] if args.resume else []),
-                                             *split_overrides(overrides)])
-    from bessemer.train.trainer import Trainer
-
-    trainer = Trainer(cfg, resume=args.resume)
-    try:
-        trainer.train()
-    finally:
-        trainer.close()
-    if trainer.is_main:
-        print(f"done: {cfg.run.dir}/metrics.jsonl")
-    return 0
+    return train(cfg, args.config, split_overrides(overrides), args.nproc, args.resume)
 
 
 def _cmd_demo(args: argparse.Namespace, overrides: list[str]) -> int:

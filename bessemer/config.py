@@ -90,6 +90,13 @@ class TrainConfig:
         if self.warmup < 0 or self.grad_clip < 0:
             raise ConfigError(f"train.warmup ({self.warmup}) and train.grad_clip ({self.grad_clip}) must be >= 0")
 
+    def check_data_parallel(self, dp: int) -> None:
+        """The global batch must split evenly into micro-batches over `dp` data-parallel ranks."""
+        per_pass = self.micro_batch * dp
+        if self.global_batch % per_pass:
+            raise ConfigError(f"train.global_batch ({self.global_batch}) must be a multiple of train.micro_batch "
+                              f"({self.micro_batch}) x data-parallel ranks ({dp}) = {per_pass}")
+
 
 @dataclass
 class ParallelConfig:
@@ -121,6 +128,11 @@ class ParallelConfig:
                                   f", got {getattr(self, key)}")
         if self.dp_shard == 0 or self.dp_shard < -1:
             raise ConfigError(f"parallel.dp_shard must be >= 1 or -1 (the rest of the world), got {self.dp_shard}")
+
+    @property
+    def world_size(self) -> int:
+        """The ranks this layout asks for (dp_shard = -1 counts as 1)."""
+        return self.dp_replicate * max(self.dp_shard, 1) * self.tp * self.pp
 
     @property
     def stages_per_rank(self) -> int:
@@ -369,10 +381,6 @@ def to_toml(cfg: Any, prefix: str = "") -> str:
     head = [f"[{prefix[:-1]}]"] if prefix and plain else []
     body = "\n".join(head + plain)
     return "\n\n".join(p for p in [body] + subs if p) + ("\n" if not prefix else "")
-
-
-def to_dict(cfg: Any) -> dict:
-    return dataclasses.asdict(cfg)
 
 
 def describe(cls: type = JobConfig) -> str:

@@ -12,6 +12,7 @@ A checkpoint is written under a temporary name, fsynced and renamed, so a crash 
 one that looks complete.
 """
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -20,10 +21,10 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from bessemer.checkpoint.paths import LATEST, checkpoint_dir, latest_step, step_dir
 from bessemer.config import CheckpointConfig
 from bessemer.errors import BessemerError
 
-LATEST = "latest"
 STATE_FILE = "state.pt"
 
 
@@ -57,6 +58,20 @@ class ModelParts:
 SHARDED = ("model", "optimizer")
 
 
+@contextlib.contextmanager
+def _restoring(path: Path, what: str):
+    """A checkpoint that does not fit this run (another model size or vocabulary) is a user error, not a
+    traceback."""
+    try:
+        yield
+    except BessemerError:
+        raise
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise BessemerError(f"cannot restore {what} from {path} — was it written for another model or "
+                            f"config? {first}") from None
+
+
 def _save_file(path: Path, state: dict) -> None:
     with open(path, "wb") as f:
         torch.save(state, f)
@@ -76,7 +91,7 @@ class Checkpointer:
     def __init__(self, cfg: CheckpointConfig, run_dir: Path, states: dict[str, Stateful], rank: int = 0,
                  world_size: int = 1):
         self.cfg = cfg
-        self.dir = Path(cfg.dir) if cfg.dir else run_dir / "checkpoints"
+        self.dir = checkpoint_dir(cfg, run_dir)
         self.states = states
         self.rank, self.world_size = rank, world_size
 
@@ -84,19 +99,13 @@ class Checkpointer:
         return self.cfg.interval > 0 and step % self.cfg.interval == 0
 
     def latest_step(self) -> int | None:
-        pointer = self.dir / LATEST
-        if not pointer.is_file():
-            return None
-        name = pointer.read_text().strip()
-        if not (self.dir / name).is_dir():
-            raise BessemerError(f"{pointer} names {name}, which does not exist")
-        return int(name.removeprefix("step_"))
+        return latest_step(self.dir)
 
     def save(self, step: int) -> Path:
         if self.world_size > 1:
             return self._save_distributed(step)
-        final = self.dir / f"step_{step:08d}"
-        tmp = self.dir / f"step_{step:08d}.tmp"
+        final = step_dir(self.dir, step)
+        tmp = final.with_name(final.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         _save_file(tmp / STATE_FILE, {name: obj.state_dict() for name, obj in self.states.items()})
@@ -121,7 +130,8 @@ class Checkpointer:
         import torch.distributed as dist
         import torch.distributed.checkpoint as dcp
 
-        final, tmp = self.dir / f"step_{step:08d}", self.dir / f"step_{step:08d}.tmp"
+        final = step_dir(self.dir, step)
+        tmp = final.with_name(final.name + ".tmp")
         if self.rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
@@ -141,7 +151,8 @@ class Checkpointer:
 
         if not (path / ".metadata").is_file():
             raise BessemerError(f"{path} is not a sharded checkpoint (no .metadata)")
-        dcp.load({k: self.states[k] for k in SHARDED}, checkpoint_id=str(path))
+        with _restoring(path, "model and optimizer"):
+            dcp.load({k: self.states[k] for k in SHARDED}, checkpoint_id=str(path))
         # A rank that did not exist when the checkpoint was written (another layout) takes rank 0's small
         # state: the loader position and counters are layout-independent at step boundaries.
         own = self._rank_file(path, self.rank)
@@ -157,14 +168,15 @@ class Checkpointer:
         if missing:
             raise BessemerError(f"checkpoint {path} lacks {', '.join(missing)}: refusing a partial restore")
         for name in names:
-            self.states[name].load_state_dict(state[name])
+            with _restoring(path, name):
+                self.states[name].load_state_dict(state[name])
 
     def load(self, step: int | None = None) -> int:
         """Restore every registered component from checkpoint `step` (default: the latest); returns the step."""
         step = self.latest_step() if step is None else step
         if step is None:
             raise BessemerError(f"no checkpoint to resume from in {self.dir}")
-        path = self.dir / f"step_{step:08d}"
+        path = step_dir(self.dir, step)
         if not path.is_dir():
             raise BessemerError(f"no checkpoint for step {step} at {path}")
         if self.world_size > 1:

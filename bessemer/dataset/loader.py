@@ -20,9 +20,8 @@ class TokenLoader:
     def __init__(self, dataset: TokenDataset, seq_len: int, global_batch: int, micro_batch: int,
                  dp_rank: int = 0, dp_world: int = 1):
         per_rank = micro_batch * dp_world
-        if global_batch % per_rank:
-            raise BessemerError(f"train.global_batch ({global_batch}) must be a multiple of train.micro_batch "
-                                f"({micro_batch}) x data-parallel ranks ({dp_world}) = {per_rank}")
+        # TrainConfig.check_data_parallel gives users this message; here it is an internal invariant.
+        assert global_batch % per_rank == 0, f"global batch {global_batch} not a multiple of {per_rank}"
         assert 0 <= dp_rank < dp_world, f"dp_rank {dp_rank} outside [0, {dp_world})"
         self.dataset = dataset
         self.seq_len, self.global_batch, self.micro_batch = seq_len, global_batch, micro_batch
@@ -50,12 +49,6 @@ class TokenLoader:
             self.tokens += self.global_batch * self.sample_len
             self.micro = 0
         return buf[:, :-1].contiguous(), buf[:, 1:].contiguous()
-
-    def __iter__(self) -> "TokenLoader":
-        return self
-
-    def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.next_batch()
 
     @property
     def epoch(self) -> float:

@@ -24,11 +24,15 @@ def _fresh_dir(run_dir: Path) -> None:
 
 def run_demo(run_dir: str | Path, overrides: list[str] = ()) -> Path:
     from bessemer.demo.corpus import build_token_data
+    from bessemer.parallel.launch import train
     from bessemer.report.run_report import build_report, read_metrics, summarize
 
     if not DEMO_CONFIG.is_file():
         raise BessemerError(f"the demo runs from a source checkout: {DEMO_CONFIG} not found")
     run_dir = Path(run_dir)
+    for item in overrides:
+        if item.removeprefix("--").split("=")[0] in ("run.dir", "data.path"):
+            raise BessemerError(f"the demo sets run.dir and data.path itself; use --run-dir instead of {item}")
     cfg = load_config(DEMO_CONFIG, [f"--run.dir={run_dir}", *overrides])
     _fresh_dir(run_dir)
 
@@ -40,22 +44,12 @@ def run_demo(run_dir: str | Path, overrides: list[str] = ()) -> Path:
     cfg.data.path = str(shards)
     print(f"      done in {time.perf_counter() - t0:.1f} s: {shards}", flush=True)
 
-    p = cfg.parallel
-    nproc = p.dp_replicate * max(p.dp_shard, 1) * p.tp * p.pp
+    nproc = cfg.parallel.world_size
     print(f"[2/3] training model '{cfg.model.name}' for {cfg.train.steps} steps on {nproc} process(es)", flush=True)
-    if nproc > 1:
-        from bessemer.parallel.launch import run_torchrun
-        from bessemer.parallel.layout import check_job
-
-        check_job(cfg, nproc)
-        code = run_torchrun(nproc, ["train", str(DEMO_CONFIG), f"--run.dir={run_dir}", f"--data.path={shards}",
-                                    *overrides])
-        if code:
-            raise BessemerError(f"training on {nproc} processes failed (exit status {code}); see the output above")
-    else:
-        from bessemer.train.trainer import Trainer
-
-        Trainer(cfg).train()
+    code = train(cfg, str(DEMO_CONFIG), [f"--run.dir={run_dir}", f"--data.path={shards}", *overrides], nproc,
+                 resume=False)
+    if code:
+        raise BessemerError(f"training on {nproc} processes stopped with exit status {code}; see the output above")
 
     print("[3/3] report", flush=True)
     report = build_report(run_dir)

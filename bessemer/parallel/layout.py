@@ -29,8 +29,8 @@ def stage_layers(n_layers: int, num_stages: int, pp_layers: list[int]) -> list[r
     """The layer indices of each pipeline stage: `pp_layers` if given, else as even as possible (earlier
     stages take the remainder, since the last stage also carries the output head)."""
     if pp_layers:
-        if len(pp_layers) != num_stages or sum(pp_layers) != n_layers or min(pp_layers) < 0:
-            raise ConfigError(f"parallel.pp_layers {pp_layers} must list {num_stages} non-negative layer counts "
+        if len(pp_layers) != num_stages or sum(pp_layers) != n_layers or min(pp_layers) < 1:
+            raise ConfigError(f"parallel.pp_layers {pp_layers} must list {num_stages} positive layer counts "
                               f"(pp x virtual stages) summing to the model's {n_layers} layers")
         counts = pp_layers
     else:
@@ -55,11 +55,15 @@ def pipeline_microbatches(cfg: ParallelConfig, pp: int, micro_batch: int) -> int
     return n
 
 
-def check_layout(args: ModelArgs, dims: ParallelDims, cfg: ParallelConfig, micro_batch: int) -> None:
-    """Everything about a layout that can be wrong, before any process group exists."""
+def check_layout(args: ModelArgs, dims: ParallelDims, cfg: ParallelConfig, micro_batch: int) -> int:
+    """Everything about a layout that can be wrong, before any process group exists. Returns the number of
+    pipeline micro-batches per forward pass (1 without pipeline parallelism)."""
     if dims.tp > 1:
         check_tp(args, dims.tp)
     if dims.pp > 1:
+        if cfg.loss_parallel and dims.tp > 1:
+            raise ConfigError("parallel.loss_parallel with pipeline parallelism is not supported yet; set "
+                              "parallel.loss_parallel=false (the head then gathers logits over tp)")
         if args.tie_embeddings:
             raise ConfigError("pipeline parallelism with tied embeddings is not supported (the embedding and the "
                               "head live on different stages); use an untied size")
@@ -69,9 +73,10 @@ def check_layout(args: ModelArgs, dims: ParallelDims, cfg: ParallelConfig, micro
         if cfg.pp_schedule in ("interleaved_1f1b", "zero_bubble") and cfg.stages_per_rank < 2:
             raise ConfigError(f"parallel.pp_schedule {cfg.pp_schedule} needs parallel.virtual_stages >= 2")
         stage_layers(args.n_layers, dims.pp * cfg.stages_per_rank, cfg.pp_layers)
-        pipeline_microbatches(cfg, dims.pp, micro_batch)
-    elif cfg.pp_layers:
+        return pipeline_microbatches(cfg, dims.pp, micro_batch)
+    if cfg.pp_layers:
         raise ConfigError(f"parallel.pp_layers {cfg.pp_layers} is set but parallel.pp is 1")
+    return 1
 
 
 def check_job(cfg: "JobConfig", world_size: int) -> ParallelDims:
@@ -82,8 +87,5 @@ def check_job(cfg: "JobConfig", world_size: int) -> ParallelDims:
     dims = ParallelDims.from_config(cfg.parallel, world_size)
     args = resolve_model_args(cfg.model, TokenDataset(cfg.data.path).vocab_size)
     check_layout(args, dims, cfg.parallel, cfg.train.micro_batch)
-    per_step = cfg.train.micro_batch * dims.dp
-    if cfg.train.global_batch % per_step:
-        raise ConfigError(f"train.global_batch ({cfg.train.global_batch}) must be a multiple of train.micro_batch "
-                          f"({cfg.train.micro_batch}) x data-parallel ranks ({dims.dp}) = {per_step}")
+    cfg.train.check_data_parallel(dims.dp)
     return dims

@@ -31,7 +31,7 @@ def clip_grad_norm_(params: list[torch.nn.Parameter], max_norm: float, pp_group=
     if len(norms) == 1 and pp_group is None:
         total = norms[0]  # the common single-process case: exactly torch's clip_grad_norm_
     else:
-        total_sq = torch.stack(norms).square().sum() if norms else torch.zeros(())
+        total_sq = torch.stack(norms).square().sum()
         if pp_group is not None:
             dist.all_reduce(total_sq, op=dist.ReduceOp.SUM, group=pp_group)  # stages hold different parameters
         total = total_sq.sqrt()
@@ -41,9 +41,9 @@ def clip_grad_norm_(params: list[torch.nn.Parameter], max_norm: float, pp_group=
     return total
 
 
-def global_loss(local: torch.Tensor | None, holds_loss: bool, dp: int, device: torch.device) -> torch.Tensor:
+def global_loss(local: torch.Tensor, holds_loss: bool, dp: int) -> torch.Tensor:
     """Mean loss over the data-parallel ranks. One rank per data-parallel group contributes its loss
     (`holds_loss`: last pipeline stage, tensor-parallel rank 0); the others contribute zero."""
-    value = local.detach().float().clone() if holds_loss else torch.zeros((), device=device)
+    value = local.detach().float().clone() if holds_loss else torch.zeros_like(local, dtype=torch.float32)
     dist.all_reduce(value, op=dist.ReduceOp.SUM)
     return value / dp

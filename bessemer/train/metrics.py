@@ -15,14 +15,20 @@ from bessemer.config import MetricsConfig
 from bessemer.plan.catalog import match_gpu
 
 
-def measure_matmul_tflops(dtype: torch.dtype = torch.float32, n: int = 1024, seconds: float = 0.3) -> float:
-    """The rate of a dense n x n matmul on this CPU: the achievable peak used as the MFU denominator on CPU."""
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+def measure_matmul_tflops(device: torch.device, dtype: torch.dtype = torch.float32, n: int = 1024,
+                          seconds: float = 0.3) -> float:
+    """The rate of a dense n x n matmul on `device`: the achievable peak used as the MFU denominator where no
+    data-sheet peak is known. Its own generator: the training RNG streams are left untouched."""
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(n, n, generator=g).to(device, dtype) for _ in range(2))
     a @ b  # warm-up
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync()
     reps, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         a @ b
         reps += 1
+    sync()
     return 2 * n ** 3 * reps / (time.perf_counter() - t0) / 1e12
 
 
@@ -35,8 +41,8 @@ def peak_tflops(cfg: MetricsConfig, device: torch.device, dtype: torch.dtype) ->
         gpu = match_gpu(name)
         if gpu is not None:
             return gpu.bf16_tflops, f"catalog ({gpu.name}, bf16 dense)"
-        return measure_matmul_tflops(torch.bfloat16, 8192), f"measured bf16 matmul on {name}"
-    return measure_matmul_tflops(dtype), f"measured {str(dtype).removeprefix('torch.')} matmul on CPU"
+        return measure_matmul_tflops(device, torch.bfloat16, 8192), f"measured bf16 matmul on {name}"
+    return measure_matmul_tflops(device, dtype), f"measured {str(dtype).removeprefix('torch.')} matmul on CPU"
 
 
 class MetricsLogger:

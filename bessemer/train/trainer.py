@@ -14,17 +14,18 @@ import torch.nn.functional as F
 
 from torch.distributed.tensor import DTensor
 
+from bessemer.checkpoint.paths import check_resume
 from bessemer.checkpoint.store import Checkpointer, ModelParts
-from bessemer.config import JobConfig, ModelConfig, to_toml
+from bessemer.config import JobConfig, to_toml
 from bessemer.dataset.loader import TokenLoader
 from bessemer.dataset.shards import TokenDataset
-from bessemer.errors import BessemerError, TrainingInterrupted
+from bessemer.errors import TrainingInterrupted
 from bessemer.model.llama import build_model
 from bessemer.model.registry import count_params, flops_per_token, resolve_model_args
 from bessemer.train.metrics import Console, MetricsLogger, peak_tflops
 from bessemer.parallel.apply import build_model_parts
 from bessemer.parallel.dims import Launch, ParallelDims, build_mesh, init_distributed
-from bessemer.parallel.layout import check_layout, pipeline_microbatches
+from bessemer.parallel.layout import check_layout
 from bessemer.parallel.pipeline import build_schedule
 from bessemer.parallel.reduce import clip_grad_norm_, global_loss
 from bessemer.train.optim import LRSchedules, Optimizers
@@ -48,6 +49,7 @@ class Trainer:
         self.run_dir = Path(cfg.run.dir)
         self.launch = Launch.from_env()
         self.is_main = self.launch.rank == 0
+        self.run_dir.mkdir(parents=True, exist_ok=True)  # every rank, before any collective can wait on it
         self.device = build_device(self.launch)
         self.dtype = compute_dtype(cfg.precision.dtype)
         seed_everything(cfg.run.seed, cfg.train.deterministic)
@@ -55,6 +57,9 @@ class Trainer:
         self.dataset = TokenDataset(cfg.data.path)
         self.model_args = resolve_model_args(cfg.model, self.dataset.vocab_size)
         self.dims = ParallelDims.from_config(cfg.parallel, self.launch.world_size)
+        # Everything about the layout is checked before the first collective.
+        self.pp_microbatches = check_layout(self.model_args, self.dims, cfg.parallel, cfg.train.micro_batch)
+        cfg.train.check_data_parallel(self.dims.dp)
         self.mesh = None
         self.pp_schedule = None
         if self.launch.distributed:
@@ -76,9 +81,8 @@ class Trainer:
             "dataloader": self.loader, "rng": RNGState(), "train_state": self.state},
             rank=self.launch.rank, world_size=self.launch.world_size)
 
-        if self.is_main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
         resumed_from = self._restore(resume)
+        self._saved_step = resumed_from
         if self.is_main:
             self._write_config()
         self.metrics = MetricsLogger(cfg.metrics, self.run_dir, resume=resumed_from is not None,
@@ -95,10 +99,8 @@ class Trainer:
         self._stop_signal: int | None = None
 
     def _build_distributed(self) -> None:
-        """Check the layout (before any collective), join the group, build the mesh and this rank's parts."""
+        """Join the group, build the mesh and this rank's parts (and their pipeline schedule)."""
         cfg, dims = self.cfg, self.dims
-        check_layout(self.model_args, dims, cfg.parallel, cfg.train.micro_batch)
-        self.pp_microbatches = pipeline_microbatches(cfg.parallel, dims.pp, cfg.train.micro_batch)
         init_distributed(self.launch, self.device.type)
         self.mesh, self.dp_mesh = build_mesh(dims, self.device.type)
         self.model_parts, stage_ids = build_model_parts(self.model_args, cfg.train.seq_len, dims, self.mesh,
@@ -111,13 +113,8 @@ class Trainer:
                 self._pipeline_loss, self.device, self.mesh["pp"].get_group())
 
     def _restore(self, resume: bool) -> int | None:
-        latest = self.checkpointer.latest_step()
-        if latest is None:
-            return None
-        if not resume:
-            raise BessemerError(f"{self.checkpointer.dir} already holds a checkpoint (step {latest}); pass --resume "
-                                f"to continue that run, or choose another run.dir")
-        return self.checkpointer.load(latest)
+        latest = check_resume(self.cfg, resume)
+        return None if latest is None else self.checkpointer.load(latest)
 
     def _write_config(self) -> None:
         resolved = dataclasses.replace(
@@ -188,7 +185,7 @@ class Trainer:
         self.state.tokens_seen += self.tokens_per_step
         if self.launch.distributed:
             holds = self.has_last and self.tp_rank == 0
-            loss = global_loss(loss, holds, self.dims.dp, self.device)
+            loss = global_loss(loss, holds, self.dims.dp)
         return {"loss": loss.item(), "grad_norm": grad_norm.item(), "lr": lr}
 
     def train(self) -> None:
@@ -210,9 +207,10 @@ class Trainer:
                     if stop is not None:
                         self.save()
                         raise TrainingInterrupted(stop, self.state.step)
-                    if self.checkpointer.due(self.state.step) and self.state.step < cfg.train.steps:
+                    last = self.state.step == cfg.train.steps
+                    if self.checkpointer.due(self.state.step) and not (last and cfg.checkpoint.at_end):
                         self.save()
-                if cfg.checkpoint.at_end:
+                if cfg.checkpoint.at_end and self._saved_step != self.state.step:
                     self.save()
             finally:
                 self.console.close()
@@ -233,6 +231,7 @@ class Trainer:
     def save(self) -> None:
         t0 = time.perf_counter()
         path = self.checkpointer.save(self.state.step)
+        self._saved_step = self.state.step
         self.metrics.event("checkpoint_saved", self.state.step, path=str(path),
                            seconds=round(time.perf_counter() - t0, 3))
 

@@ -59,6 +59,7 @@ def test_layout_matches_single_process_loss(name, reference, tmp_path):
     losses = train(tmp_path / "R", nproc, extra)
     assert sorted(losses) == list(range(1, STEPS + 1))
     worst = max(abs(losses[s] - ref[s]) / abs(ref[s]) for s in ref)
+    print(f"\nparity {name}: max relative loss difference over {STEPS} steps {worst:.2e}")
     assert worst < 1e-5, f"{name}: max relative loss difference {worst:.2e}"
     if name == "pp2_tp2_dp_shard2":
         _assert_same_parameters(reference[0], tmp_path / "R")
@@ -74,3 +75,18 @@ def _assert_same_parameters(single_run, sharded_run):
     dcp.load({"model": gathered}, checkpoint_id=str(sharded_run / "checkpoints" / ckpt))  # no process group
     for k, v in full.items():
         torch.testing.assert_close(gathered[k], v, rtol=1e-5, atol=1e-5, msg=lambda m: f"{k}: {m}")
+
+
+@pytest.mark.distributed
+def test_resume_under_another_layout_continues_the_same_run(reference, tmp_path):
+    """Save sharded checkpoints under FSDP (dp_shard 2), roll back to step 10, resume under tensor
+    parallelism (tp 2): steps 11-20 still match the single-process run."""
+    run = tmp_path / "R"
+    train(run, 2, ["--parallel.dp_shard=2", "--train.micro_batch=4", "--checkpoint.interval=10",
+                   "--checkpoint.keep=0"])
+    (run / "checkpoints" / "latest").write_text("step_00000010\n")
+    resumed = train(run, 2, ["--parallel.tp=2", "--train.micro_batch=4", "--resume"])
+    ref = reference[1]
+    worst = max(abs(resumed[s] - ref[s]) / abs(ref[s]) for s in range(11, STEPS + 1))
+    print(f"\nparity resume dp_shard2 -> tp2: max relative loss difference, steps 11-20 {worst:.2e}")
+    assert worst < 1e-5, f"max relative loss difference after resharded resume {worst:.2e}"

@@ -51,3 +51,8 @@ def test_tokenizer_loads_in_transformers_format(tmp_path):
     for t in text[:3]:
         assert tok.decode(tok.encode(t).ids) == t
     assert tok.token_to_id(EOS) is not None
+
+
+def test_demo_refuses_overrides_of_its_own_paths(tmp_path):
+    proc = demo("--run-dir", str(tmp_path / "d"), "--data.path=/elsewhere")
+    assert proc.returncode == 2 and "use --run-dir instead of --data.path=/elsewhere" in proc.stderr

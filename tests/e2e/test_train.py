@@ -166,3 +166,34 @@ def test_invalid_layouts_fail_before_any_process_starts(args, message, tmp_path)
     proc = bessemer("train", "configs/debug.toml", f"--run.dir={tmp_path}", *args, check=False)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and "torch.distributed.run" not in proc.stderr
+
+
+def test_launcher_refuses_a_run_with_checkpoints_before_starting_ranks(reference):
+    proc = bessemer("train", "configs/debug.toml", "--nproc=2", "--parallel.dp_shard=2", "--train.micro_batch=4",
+                    f"--run.dir={reference}", check=False)
+    assert proc.returncode == 2 and "pass --resume" in proc.stderr and "Traceback" not in proc.stderr
+    assert "torch.distributed.run" not in proc.stderr
+
+
+def test_nproc_must_be_positive(tmp_path):
+    proc = bessemer("train", "configs/debug.toml", "--nproc=0", f"--run.dir={tmp_path}", check=False)
+    assert proc.returncode == 2 and "expected a whole number >= 1" in proc.stderr
+
+
+def test_last_interval_checkpoint_without_at_end_and_resuming_a_finished_run(tmp_path):
+    args = ["configs/debug.toml", "--train.steps=10", f"--run.dir={tmp_path}", "--checkpoint.interval=5",
+            "--checkpoint.at_end=false", "--checkpoint.keep=0", "--metrics.tensorboard=false"]
+    bessemer("train", *args)
+    ckpts = tmp_path / "checkpoints"
+    assert sorted(p.name for p in ckpts.glob("step_*")) == ["step_00000005", "step_00000010"]
+    before = (ckpts / "step_00000010" / "state.pt").stat().st_mtime_ns
+    bessemer("train", *args[:-3], "--resume")  # nothing left to train: the checkpoint stays as it was
+    assert (ckpts / "step_00000010" / "state.pt").stat().st_mtime_ns == before
+    assert (ckpts / "latest").read_text().strip() == "step_00000010"
+
+
+def test_resume_with_another_model_is_a_clear_error(tmp_path):
+    bessemer("train", "configs/debug.toml", "--train.steps=2", f"--run.dir={tmp_path}", "--metrics.tensorboard=false")
+    proc = bessemer("train", "configs/debug.toml", "--train.steps=4", f"--run.dir={tmp_path}", "--model.name=tiny",
+                    "--resume", check=False)
+    assert proc.returncode == 2 and "written for another model" in proc.stderr and "Traceback" not in proc.stderr

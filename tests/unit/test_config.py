@@ -93,3 +93,10 @@ def test_every_field_is_documented():
 def test_repo_configs_load():
     for name in ("debug", "demo"):
         load_config(f"configs/{name}.toml")
+
+
+def test_global_batch_must_split_over_data_parallel_ranks():
+    cfg = load_config(None, ["--train.global_batch=8", "--train.micro_batch=2"])
+    cfg.train.check_data_parallel(4)
+    with pytest.raises(ConfigError, match=r"multiple of train.micro_batch \(2\) x data-parallel ranks \(3\) = 6"):
+        cfg.train.check_data_parallel(3)

@@ -52,3 +52,23 @@ def test_partial_checkpoint_is_refused(tmp_path):
     ckpt.states["optimizer"] = torch.optim.SGD(model.parameters(), lr=0.1)
     with pytest.raises(BessemerError, match="lacks optimizer"):
         ckpt.load()
+
+
+def test_model_parts_round_trip_by_parameter_name_including_tied_weights():
+    import dataclasses
+
+    from bessemer.checkpoint.store import ModelParts
+    from bessemer.model.llama import build_model
+    from bessemer.model.registry import MODEL_SIZES
+
+    args = dataclasses.replace(MODEL_SIZES["debug"], tie_embeddings=True)
+    torch.manual_seed(0)
+    a = build_model(args, 16)
+    torch.manual_seed(1)
+    b = build_model(args, 16)
+    ModelParts([b]).load_state_dict(ModelParts([a]).state_dict())
+    for (ka, va), (kb, vb) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert ka == kb and torch.equal(va, vb), ka
+    assert b.output.weight is b.tok_embeddings.weight
+    with pytest.raises(BessemerError, match="lacks model weights layers.0"):
+        ModelParts([b]).load_state_dict({k: v for k, v in a.state_dict().items() if not k.startswith("layers.0.")})
