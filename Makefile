@@ -6,12 +6,13 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test setup bench clean
 
-# torch is pinned here (pyproject has a range for users) so that set-up never pulls a multi-GB CUDA build.
+# torch is pinned here (pyproject has a range for users) so that set-up never pulls a multi-GB CUDA build;
+# torchao with it, in the release built against that torch.
 $(STAMP): pyproject.toml Makefile
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null || { echo "need Python >= 3.11 (set PYTHON=...)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet torch==2.13.0 torchao==0.18.0
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bessemer.errors import ConfigError
+from bessemer.precision.rules import FP8_RECIPES, parse_rules, uses_fp8
 
 
 def opt(default: Any, doc: str) -> Any:
@@ -142,9 +143,118 @@ class ParallelConfig:
 
 
 @dataclass
+class LossScalerConfig:
+    init_scale: float = opt(2.0 ** 16, "Loss scale at the first step (fp16 only).")
+    growth_factor: float = opt(2.0, "Multiply the scale by this after growth_interval steps without overflow.")
+    backoff_factor: float = opt(0.5, "Multiply the scale by this when the gradients overflow (after hysteresis).")
+    growth_interval: int = opt(1000, "Overflow-free steps before the scale grows.")
+    hysteresis: int = opt(2, "Overflowing steps tolerated before the scale backs off (each one still skips its "
+                          "update); 1 = back off at every overflow.")
+    min_scale: float = opt(1.0, "Floor of the scale; a scale stuck here raises a loss_scale_floor alert.")
+    max_scale: float = opt(2.0 ** 24, "Ceiling of the scale.")
+
+    def validate(self) -> None:
+        if not 0 < self.min_scale <= self.init_scale <= self.max_scale:
+            raise ConfigError(f"precision.scaler needs 0 < min_scale ({self.min_scale}) <= init_scale "
+                              f"({self.init_scale}) <= max_scale ({self.max_scale})")
+        if self.growth_factor < 1 or not 0 < self.backoff_factor < 1:
+            raise ConfigError(f"precision.scaler: growth_factor ({self.growth_factor}) must be >= 1 and "
+                              f"backoff_factor ({self.backoff_factor}) in (0, 1)")
+        if self.growth_interval < 1 or self.hysteresis < 1:
+            raise ConfigError(f"precision.scaler: growth_interval ({self.growth_interval}) and hysteresis "
+                              f"({self.hysteresis}) must be >= 1")
+
+
+@dataclass
+class Float8Config:
+    enabled: bool = opt(False, "Train the Linear layers that the rules select in FP8 (torchao Float8Linear).")
+    recipe: str = opt("tensorwise", "Default recipe: tensorwise (E4M3 inputs and weights, E5M2 gradients), "
+                      "tensorwise_e4m3 (E4M3 throughout), rowwise (E4M3, one scale per row), rowwise_with_gw_hp "
+                      "(rowwise, weight gradient in high precision). Rules may pick another per module.")
+    emulate: bool = opt(False, "Run the FP8 numerics with high-precision matmuls (CPU, or GPUs without FP8).")
+    force: bool = opt(False, "Allow FP8 on the token embedding and the output head (refused otherwise).")
+
+    def validate(self) -> None:
+        if self.recipe not in FP8_RECIPES:
+            raise ConfigError(f"precision.fp8.recipe: unknown recipe {self.recipe!r}; choose one of "
+                              f"{', '.join(FP8_RECIPES)}")
+
+
+@dataclass
+class OffloadConfig:
+    mode: Literal["none", "full", "partial"] = opt(
+        "none", "Optimizer-state offload to host memory. full: every AdamW state steps on the host (FSDP2 "
+        "CPUOffloadPolicy when parameters are sharded); partial: offload.fraction of the parameters do.")
+    fraction: float = opt(0.5, "partial: share of the parameters (by element count, in model order) whose AdamW "
+                          "states live and step on the host.")
+
+    def validate(self) -> None:
+        if not 0 < self.fraction <= 1:
+            raise ConfigError(f"precision.offload.fraction must be in (0, 1], got {self.fraction}")
+
+
+@dataclass
+class ActivationCheckpointConfig:
+    mode: Literal["none", "full", "selective"] = opt(
+        "none", "Recompute activations in backward instead of keeping them. full: every block; selective: every "
+        "n-th block (activation_checkpoint.every), or op-level when save_ops is set.")
+    every: int = opt(2, "selective: checkpoint every n-th block.")
+    save_ops: list[str] = opt([], "selective, op-level: outputs of these ops are kept and the rest recomputed, in "
+                              "every block. Names: mm, sdpa, silu (e.g. [\"mm\", \"sdpa\"]).")
+
+    def validate(self) -> None:
+        if self.every < 1:
+            raise ConfigError(f"precision.activation_checkpoint.every must be >= 1, got {self.every}")
+        bad = [op for op in self.save_ops if op not in SAVE_OPS]
+        if bad:
+            raise ConfigError(f"precision.activation_checkpoint.save_ops: unknown op(s) {', '.join(bad)}; choose "
+                              f"from {', '.join(SAVE_OPS)}")
+
+
+SAVE_OPS = ("mm", "sdpa", "silu")
+
+
+@dataclass
+class GuardConfig:
+    enabled: bool = opt(True, "Raise alert events (metrics.jsonl, console) for numeric failures.")
+    skipped_steps: int = opt(3, "Alert when this many consecutive steps are skipped (non-finite gradients).")
+    trace_nonfinite: bool = opt(True, "After a non-finite value, hook every module's forward for one step and "
+                                "name the first module whose output is not finite.")
+
+    def validate(self) -> None:
+        if self.skipped_steps < 1:
+            raise ConfigError(f"precision.guards.skipped_steps must be >= 1, got {self.skipped_steps}")
+
+
+DEFAULT_RULES = ["*norm: param=fp32, compute=fp32", "tok_embeddings: fp8=none", "output: fp8=none"]
+
+
+@dataclass
 class PrecisionConfig:
-    dtype: Literal["fp32", "bf16"] = opt("fp32", "Compute dtype. bf16 runs forward/backward under autocast; "
-                                         "parameters and optimizer states stay fp32.")
+    dtype: Literal["fp32", "bf16", "fp16"] = opt(
+        "fp32", "Compute dtype. bf16/fp16: forward and backward in 16 bits (FSDP2 parameter casts when parameters "
+        "are sharded, autocast otherwise); parameters and optimizer states stay fp32. fp16 adds dynamic loss "
+        "scaling.")
+    reduce_dtype: Literal["fp32", "bf16", "fp16"] = opt("fp32", "Dtype of the data-parallel gradient "
+                                                        "reduce-scatter / all-reduce.")
+    rules: list[str] = opt(DEFAULT_RULES, "Per-module overrides, 'PATTERN: key=value, ...' with keys param, "
+                           "compute, reduce (fp32|bf16|fp16) and fp8 (a recipe or none); PATTERN is an fnmatch glob "
+                           "over module names (layers.3.attention.wq). Later rules override earlier ones key by "
+                           "key. The default keeps norms in fp32 and the embedding and output head out of FP8.")
+    scaler: LossScalerConfig = section(LossScalerConfig, "Dynamic loss scaling (fp16).")
+    fp8: Float8Config = section(Float8Config, "FP8 training of Linear layers (torchao).")
+    offload: OffloadConfig = section(OffloadConfig, "Optimizer-state offload to host memory.")
+    activation_checkpoint: ActivationCheckpointConfig = section(ActivationCheckpointConfig,
+                                                                "Activation recomputation.")
+    guards: GuardConfig = section(GuardConfig, "Silent-failure and non-finite guards.")
+
+    def validate(self) -> None:
+        for sub in (self.scaler, self.fp8, self.offload, self.activation_checkpoint, self.guards):
+            sub.validate()
+        parse_rules(self.rules)
+        if self.fp8.enabled and self.dtype == "fp16":
+            raise ConfigError("precision.fp8 runs on a bf16 or fp32 base (precision.dtype), not fp16: FP8 keeps "
+                              "its own per-tensor scales, and fp16 loss scaling on top of them is not supported")
 
 
 @dataclass
@@ -191,6 +301,9 @@ class JobConfig:
             sub = getattr(self, f.name)
             if hasattr(sub, "validate"):
                 sub.validate()
+        if self.parallel.tp > 1 and uses_fp8(self.precision.fp8.enabled, parse_rules(self.precision.rules)):
+            raise ConfigError("precision.fp8 with parallel.tp > 1 is not supported yet: tensor-parallel FP8 needs "
+                              "torchao's Float8 parallel styles; use FSDP and pipeline parallelism with FP8")
 
 
 # ---------------------------------------------------------------------------------------------- loading
@@ -316,7 +429,7 @@ def coerce(value: Any, tp: Any, key: str, where: str) -> Any:
     if origin is list:
         (item_tp,) = typing.get_args(tp)
         if isinstance(value, str):
-            value = [v for v in value.strip("[]").split(",") if v.strip()]
+            value = _parse_list(value, key, where)
         if not isinstance(value, list):
             raise bad("a list")
         return [coerce(v.strip() if isinstance(v, str) else v, item_tp, key, where) for v in value]
@@ -353,6 +466,17 @@ def coerce(value: Any, tp: Any, key: str, where: str) -> Any:
             return value
         raise bad("a string")
     raise AssertionError(f"unsupported config type {tp!r} for {key}")
+
+
+def _parse_list(text: str, key: str, where: str) -> list:
+    """A command-line list: a TOML array (`["a: x=1, y=2", "b"]`, needed when items hold commas) or bare
+    comma-separated items (`2,2` or `[2,2]`)."""
+    if text.lstrip().startswith("[") and ('"' in text or "'" in text):
+        try:
+            return tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{key}: {text!r} is not a TOML array ({e}) ({where})") from None
+    return [v for v in text.strip().strip("[]").split(",") if v.strip()]
 
 
 # ---------------------------------------------------------------------------------------------- writing

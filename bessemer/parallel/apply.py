@@ -9,7 +9,7 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 from torch.distributed.device_mesh import DeviceMesh
 
-from bessemer.config import ParallelConfig
+from bessemer.config import ParallelConfig, PrecisionConfig
 from bessemer.model.llama import Transformer, build_model
 from bessemer.model.registry import ModelArgs
 from bessemer.parallel.dims import ParallelDims
@@ -17,6 +17,8 @@ from bessemer.parallel.fsdp import apply_fsdp
 from bessemer.parallel.layout import stage_layers
 from bessemer.parallel.pipeline import build_stage_module, stage_ids
 from bessemer.parallel.tensor import apply_tp
+from bessemer.precision.apply import prepare_model
+from bessemer.precision.policy import PrecisionPolicy
 
 
 def quiet_known_warnings() -> None:
@@ -29,17 +31,28 @@ def quiet_known_warnings() -> None:
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
 
 
-def parallelize(model: nn.Module, dims: ParallelDims, mesh: DeviceMesh, cfg: ParallelConfig) -> None:
-    """Apply tensor parallelism and FSDP to one model part, in place (still on the meta device)."""
+def uses_fsdp(dims: ParallelDims) -> bool:
+    return dims.dp_shard > 1 or dims.dp_replicate > 1
+
+
+def parallelize(model: nn.Module, dims: ParallelDims, mesh: DeviceMesh, cfg: ParallelConfig,
+                policy: PrecisionPolicy, precision: PrecisionConfig) -> None:
+    """Apply tensor parallelism, FP8, activation checkpointing and FSDP (or the autocast islands) to one
+    model part, in place (still on the meta device)."""
     if dims.tp > 1:
         apply_tp(model, mesh["tp"], cfg.sequence_parallel, cfg.loss_parallel)
-    if dims.dp_shard > 1 or dims.dp_replicate > 1:
+    prepare_model(model, policy, precision, dims.tp)
+    if uses_fsdp(dims):
         dp_mesh = mesh["dp_replicate", "dp_shard"] if dims.dp_replicate > 1 else mesh["dp_shard"]
-        apply_fsdp(model, dp_mesh, reshard_after_forward=dims.pp == 1)
+        apply_fsdp(model, dp_mesh, policy, offload=precision.offload.mode == "full",
+                   reshard_after_forward=dims.pp == 1)
+    else:
+        policy.apply_autocast_islands(model)
 
 
 def build_model_parts(args: ModelArgs, max_seq_len: int, dims: ParallelDims, mesh: DeviceMesh,
-                      cfg: ParallelConfig, device: torch.device, seed: int) -> tuple[list[Transformer], list[int]]:
+                      cfg: ParallelConfig, precision: PrecisionConfig, device: torch.device,
+                      seed: int) -> tuple[list[Transformer], list[int]]:
     """This rank's model parts (one, or one per pipeline stage it holds) and their stage ids. The layout
     must have passed `layout.check_layout`."""
     quiet_known_warnings()
@@ -51,8 +64,9 @@ def build_model_parts(args: ModelArgs, max_seq_len: int, dims: ParallelDims, mes
             parts = [build_stage_module(args, max_seq_len, ranges[i], num_stages, i) for i in ids]
         else:
             parts, ids = [Transformer(args, max_seq_len)], [0]
+    policy = PrecisionPolicy(precision)
     for part in parts:
-        parallelize(part, dims, mesh, cfg)
+        parallelize(part, dims, mesh, cfg, policy, precision)
         part.to_empty(device=device)
         if cfg.init_from_full:
             part.init_buffers()

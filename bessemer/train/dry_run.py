@@ -3,7 +3,8 @@
 from bessemer.config import JobConfig, to_toml
 from bessemer.dataset.shards import TokenDataset
 from bessemer.model.registry import count_params, flops_per_token, get_model_args
-from bessemer.parallel.layout import check_job
+from bessemer.parallel.layout import check_job, pipeline_microbatches
+from bessemer.plan.memory import estimate_memory
 
 
 def describe_run(cfg: JobConfig, world_size: int = 1) -> str:
@@ -26,4 +27,7 @@ def describe_run(cfg: JobConfig, world_size: int = 1) -> str:
         f"{t.global_batch // (t.micro_batch * dims.dp)} micro-batch(es) of {t.micro_batch} per rank per step",
         f"# layout: {dims.describe()}",
     ]
+    microbatches = pipeline_microbatches(cfg.parallel, dims.pp, t.micro_batch) if dims.pp > 1 else 1
+    memory = estimate_memory(args, dims, cfg.parallel, t, cfg.precision, microbatches)
+    lines += [f"# {line}" for line in memory.format().splitlines()]
     return "\n".join(lines)

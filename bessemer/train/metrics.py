@@ -42,7 +42,19 @@ def peak_tflops(cfg: MetricsConfig, device: torch.device, dtype: torch.dtype) ->
         if gpu is not None:
             return gpu.bf16_tflops, f"catalog ({gpu.name}, bf16 dense)"
         return measure_matmul_tflops(device, torch.bfloat16, 8192), f"measured bf16 matmul on {name}"
+    # fp16 products run through fp32 kernels on CPU (precision/policy.py), so fp32 is their peak there.
+    dtype = torch.float32 if dtype == torch.float16 else dtype
     return measure_matmul_tflops(device, dtype), f"measured {str(dtype).removeprefix('torch.')} matmul on CPU"
+
+
+def peak_memory_gib(device: torch.device) -> float:
+    """Peak memory of this process so far: CUDA max allocated on a GPU, the resident set's high-water mark
+    (ru_maxrss) on CPU, where tensors live in the process's own memory."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2 ** 30
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2 ** 30  # Linux reports KiB
 
 
 class MetricsLogger:

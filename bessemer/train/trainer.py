@@ -22,18 +22,18 @@ from bessemer.dataset.shards import TokenDataset
 from bessemer.errors import TrainingInterrupted
 from bessemer.model.llama import build_model
 from bessemer.model.registry import count_params, flops_per_token, resolve_model_args
-from bessemer.train.metrics import Console, MetricsLogger, peak_tflops
-from bessemer.parallel.apply import build_model_parts
+from bessemer.train.metrics import Console, MetricsLogger, peak_memory_gib, peak_tflops
+from bessemer.parallel.apply import build_model_parts, uses_fsdp
 from bessemer.parallel.dims import Launch, ParallelDims, build_mesh, init_distributed
 from bessemer.parallel.layout import check_layout
 from bessemer.parallel.pipeline import build_schedule
 from bessemer.parallel.reduce import clip_grad_norm_, global_loss
+from bessemer.precision.apply import host_offload_fraction, prepare_model
+from bessemer.precision.guards import Guards
+from bessemer.precision.policy import PrecisionPolicy, compute_context
+from bessemer.precision.scaler import LossScaler, unscale_
 from bessemer.train.optim import LRSchedules, Optimizers
 from bessemer.train.state import RNGState, TrainState, seed_everything
-
-
-def compute_dtype(name: str) -> torch.dtype:
-    return {"fp32": torch.float32, "bf16": torch.bfloat16}[name]
 
 
 def build_device(launch: Launch) -> torch.device:
@@ -51,7 +51,8 @@ class Trainer:
         self.is_main = self.launch.rank == 0
         self.run_dir.mkdir(parents=True, exist_ok=True)  # every rank, before any collective can wait on it
         self.device = build_device(self.launch)
-        self.dtype = compute_dtype(cfg.precision.dtype)
+        self.policy = PrecisionPolicy(cfg.precision)
+        self.dtype = self.policy.dtype
         seed_everything(cfg.run.seed, cfg.train.deterministic)
 
         self.dataset = TokenDataset(cfg.data.path)
@@ -62,10 +63,15 @@ class Trainer:
         cfg.train.check_data_parallel(self.dims.dp)
         self.mesh = None
         self.pp_schedule = None
+        # FSDP2 casts parameters per unit; everywhere else autocast does (precision/policy.py).
+        self.sharded = self.launch.distributed and uses_fsdp(self.dims)
         if self.launch.distributed:
             self._build_distributed()
         else:
-            self.model_parts = [build_model(self.model_args, cfg.train.seq_len, self.device)]
+            model = build_model(self.model_args, cfg.train.seq_len, self.device)
+            prepare_model(model, self.policy, cfg.precision, tp=1)
+            self.policy.apply_autocast_islands(model)
+            self.model_parts = [model]
         self.has_first = self.has_last = True  # pipeline: whether this rank feeds tokens / computes the loss
         if self.dims.pp > 1:
             self.has_first = any(s.is_first for s in self.pp_stages)
@@ -73,12 +79,13 @@ class Trainer:
         dp_rank = self.dp_mesh.get_local_rank() if self.mesh is not None else 0
         self.loader = TokenLoader(self.dataset, cfg.train.seq_len, cfg.train.global_batch, cfg.train.micro_batch,
                                   dp_rank=dp_rank, dp_world=self.dims.dp)
-        self.optimizers = Optimizers(self.model_parts, cfg.train)
+        self.optimizers = Optimizers(self.model_parts, cfg.train, host_offload_fraction(cfg.precision, self.sharded))
         self.lr_schedules = LRSchedules(self.optimizers, cfg.train)
+        self.scaler = LossScaler(cfg.precision.scaler, enabled=cfg.precision.dtype == "fp16")
         self.state = TrainState()
         self.checkpointer = Checkpointer(cfg.checkpoint, self.run_dir, {
             "model": ModelParts(self.model_parts), "optimizer": self.optimizers, "lr_schedule": self.lr_schedules,
-            "dataloader": self.loader, "rng": RNGState(), "train_state": self.state},
+            "loss_scaler": self.scaler, "dataloader": self.loader, "rng": RNGState(), "train_state": self.state},
             rank=self.launch.rank, world_size=self.launch.world_size)
 
         resumed_from = self._restore(resume)
@@ -96,6 +103,7 @@ class Trainer:
         tflops, self.peak_source = peak_tflops(cfg.metrics, self.device, self.dtype)
         self.peak_flops = tflops * 1e12 * self.launch.world_size  # MFU counts every device
         self.console = Console(cfg.metrics, cfg.train.steps, self.state.step, enabled=log and self.is_main)
+        self.guards = Guards(cfg.precision.guards, self._alert, self.launch.distributed)
         self._stop_signal: int | None = None
 
     def _build_distributed(self) -> None:
@@ -104,7 +112,7 @@ class Trainer:
         init_distributed(self.launch, self.device.type)
         self.mesh, self.dp_mesh = build_mesh(dims, self.device.type)
         self.model_parts, stage_ids = build_model_parts(self.model_args, cfg.train.seq_len, dims, self.mesh,
-                                                        cfg.parallel, self.device, cfg.run.seed)
+                                                        cfg.parallel, cfg.precision, self.device, cfg.run.seed)
         self.tp_rank = self.mesh["tp"].get_local_rank()
         if dims.pp > 1:
             num_stages = dims.pp * cfg.parallel.stages_per_rank
@@ -122,10 +130,9 @@ class Trainer:
             parallel=dataclasses.replace(self.cfg.parallel, dp_shard=self.dims.dp_shard))
         (self.run_dir / "config.toml").write_text(to_toml(resolved), encoding="utf-8")
 
-    def autocast(self) -> contextlib.AbstractContextManager:
-        if self.dtype == torch.float32:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.dtype)
+    def compute(self) -> contextlib.AbstractContextManager:
+        """Autocast where FSDP2 does not cast the parameters; fp16 GEMM emulation on CPU."""
+        return compute_context(self.policy, self.device, autocast=not self.sharded)
 
     def loss_context(self) -> contextlib.AbstractContextManager:
         """Under loss parallelism the logits stay sharded over the vocabulary; cross-entropy must know."""
@@ -143,7 +150,7 @@ class Trainer:
         # Scaled so the gradients summed over all micro-batches of the step are those of the global batch's
         # mean loss. (The schedule's own scale_grads is off: it would rescale gradients already accumulated
         # by the previous train.micro_batch.)
-        return self.loss_fn(logits, targets) / (self.loader.accum_steps * self.pp_microbatches)
+        return self.loss_fn(logits, targets) * (self.scaler.scale / (self.loader.accum_steps * self.pp_microbatches))
 
     def forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor | None:
         """Forward and backward of one micro-batch; returns its mean loss where this rank computes it."""
@@ -152,22 +159,25 @@ class Trainer:
             if self.pp_schedule is not None:
                 losses: list[torch.Tensor] = []
                 args = (inputs,) if self.has_first else ()
-                with self.autocast():
+                with self.compute():
                     self.pp_schedule.step(*args, target=targets if self.has_last else None, losses=losses)
-                return torch.stack(losses).sum().detach() * accum if self.has_last else None
-            with self.autocast():
+                return torch.stack(losses).sum().detach() * accum / self.scaler.scale if self.has_last else None
+            with self.compute():
                 logits = self.model_parts[0](inputs)  # (B, T, vocab)
-            loss = self.loss_fn(logits, targets)
-            # Each micro-batch's mean loss is scaled so the summed gradients equal the global batch's mean.
-            (loss / accum).backward()
+                loss = self.loss_fn(logits, targets)
+                # Each micro-batch's mean loss is scaled so the summed gradients equal the global batch's mean
+                # (and, in fp16, multiplied by the loss scale).
+                (loss * (self.scaler.scale / accum)).backward()
         loss = loss.detach()
         return loss.full_tensor() if isinstance(loss, DTensor) else loss
 
     def train_step(self) -> dict:
-        """One optimizer step: accumulate gradients over micro-batches, clip, update, advance the schedule."""
+        """One optimizer step: accumulate gradients over micro-batches, unscale, clip, update unless a gradient
+        is not finite, advance the schedule, check the guards."""
         for part in self.model_parts:
             part.train()
         self.optimizers.zero_grad()
+        self.guards.start_step(self.model_parts)
         loss_sum = torch.zeros((), device=self.device)
         for _ in range(self.loader.accum_steps):
             inputs, targets = (t.to(self.device, non_blocking=True) for t in self.loader.next_batch())
@@ -175,18 +185,33 @@ class Trainer:
             if loss is not None:
                 loss_sum += loss
         loss = loss_sum / self.loader.accum_steps
+        params = self.optimizers.params
+        if self.scaler.enabled:
+            unscale_(params, 1.0 / self.scaler.scale)
         max_norm = self.cfg.train.grad_clip if self.cfg.train.grad_clip > 0 else math.inf
-        grad_norm = clip_grad_norm_(self.optimizers.params, max_norm,
-                                    self.mesh["pp"].get_group() if self.dims.pp > 1 else None)
-        lr = self.optimizers.lr
-        self.optimizers.step()
-        self.lr_schedules.step()
+        # The norm is reduced over every shard and stage: a non-finite gradient anywhere makes it non-finite on
+        # every rank, so all ranks skip the same steps.
+        grad_norm = clip_grad_norm_(params, max_norm, self.mesh["pp"].get_group() if self.dims.pp > 1 else None)
+        finite = bool(torch.isfinite(grad_norm))
+        lr, scale = self.optimizers.lr, self.scaler.scale
+        if finite:
+            self.optimizers.step()
+        self.scaler.update(finite)
+        self.lr_schedules.step()  # a skipped step still consumed its data and its place in the schedule
         self.state.step += 1
         self.state.tokens_seen += self.tokens_per_step
         if self.launch.distributed:
             holds = self.has_last and self.tp_rank == 0
             loss = global_loss(loss, holds, self.dims.dp)
-        return {"loss": loss.item(), "grad_norm": grad_norm.item(), "lr": lr}
+        out = {"loss": loss.item(), "grad_norm": grad_norm.item(), "lr": lr, "skipped": int(not finite)}
+        if self.scaler.enabled:
+            out |= {"loss_scale": scale, "overflows": self.scaler.overflows}
+        self.guards.check(self.state.step, out["loss"], out["grad_norm"], finite, self.scaler, self.model_parts)
+        return out
+
+    def _alert(self, kind: str, message: str, **fields) -> None:
+        self.metrics.event("alert", self.state.step, kind=kind, message=message, **fields)
+        self.console.print(f"alert {kind} at step {self.state.step}: {message}")
 
     def train(self) -> None:
         cfg = self.cfg
@@ -200,7 +225,8 @@ class Trainer:
                     tokens_per_s = self.tokens_per_step / dt
                     record = {"step": self.state.step, **out, "tokens_per_s": tokens_per_s,
                               "mfu": self.flops_per_token * tokens_per_s / self.peak_flops, "step_time_s": dt,
-                              "tokens_seen": self.state.tokens_seen, "data_epoch": round(self.loader.epoch, 6)}
+                              "tokens_seen": self.state.tokens_seen, "data_epoch": round(self.loader.epoch, 6),
+                              "peak_mem_gib": round(peak_memory_gib(self.device), 4)}
                     self.metrics.log(record)
                     self.console.update(record)
                     stop = self._agreed_stop()

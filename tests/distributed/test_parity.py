@@ -90,3 +90,28 @@ def test_resume_under_another_layout_continues_the_same_run(reference, tmp_path)
     worst = max(abs(resumed[s] - ref[s]) / abs(ref[s]) for s in range(11, STEPS + 1))
     print(f"\nparity resume dp_shard2 -> tp2: max relative loss difference, steps 11-20 {worst:.2e}")
     assert worst < 1e-5, f"max relative loss difference after resharded resume {worst:.2e}"
+
+
+@pytest.mark.distributed
+def test_bf16_policy_composes_with_3d(tmp_path):
+    """pp2 x tp2 x dp_shard2 in bf16 (FSDP2 parameter casts, fp32 norm units, fp32 reduction) against the
+    single-process bf16 run (autocast): the same losses within bf16 resolution (2^-8 relative)."""
+    ref = train(tmp_path / "single", 1, ["--train.micro_batch=4", "--precision.dtype=bf16"])
+    nproc, extra = LAYOUTS["pp2_tp2_dp_shard2"]
+    losses = train(tmp_path / "3d", nproc, [*extra, "--precision.dtype=bf16"])
+    worst = max(abs(losses[s] - ref[s]) / abs(ref[s]) for s in ref)
+    print(f"\nparity bf16 pp2_tp2_dp_shard2 vs single bf16: max relative loss difference {worst:.2e}")
+    assert worst < 2 ** -8, f"max relative loss difference {worst:.2e}"
+
+
+@pytest.mark.distributed
+def test_offload_and_checkpointing_under_fsdp_leave_the_losses_identical(tmp_path):
+    """dp_shard 2 on gloo: FSDP2 CPU offload, full and op-level activation checkpointing give the losses of
+    the plain dp_shard 2 run, bit for bit."""
+    base = ["--parallel.dp_shard=2", "--train.micro_batch=2"]
+    plain = train(tmp_path / "plain", 2, base)
+    for name, extra in {"offload_full": ["--precision.offload.mode=full"],
+                        "ac_full": ["--precision.activation_checkpoint.mode=full"],
+                        "ac_ops": ["--precision.activation_checkpoint.mode=selective",
+                                   "--precision.activation_checkpoint.save_ops=mm,sdpa"]}.items():
+        assert train(tmp_path / name, 2, [*base, *extra]) == plain, name

@@ -1,0 +1,108 @@
+"""FP8 training of Linear layers with torchao's Float8Linear, one recipe per module from the policy.
+
+Recipes (the format of each cast, and the granularity of its scale):
+- tensorwise: E4M3 inputs and weights (more mantissa, for values), E5M2 output gradients (more range, for
+  gradients); one dynamic scale per tensor — torchao's default, the fastest on H100/H200;
+- tensorwise_e4m3: E4M3 throughout, one scale per tensor;
+- rowwise: E4M3 throughout with one scale per row (axiswise) — robust to outlier rows, slower;
+- rowwise_with_gw_hp: rowwise, but the weight gradient computed in high precision.
+`emulate` runs the same casts with high-precision matmuls, so FP8 numerics can be tested on CPU.
+
+The token embedding and the output head are refused unless `precision.fp8.force`: an embedding is a lookup,
+not a GEMM, and FP8 buys it nothing but error — with one tensorwise scale for the whole table, rows far below
+the largest flush to zero and their lookups come back all zeros; the output head feeds the softmax over the
+vocabulary, whose logits need more precision than E4M3's 3 mantissa bits.
+"""
+
+import dataclasses
+import logging
+
+import torch
+from torch import nn
+
+from bessemer.config import Float8Config
+from bessemer.errors import ConfigError
+from bessemer.precision.policy import PrecisionPolicy
+
+PROTECTED = ("tok_embeddings", "output")
+
+
+def float8_config(recipe: str, emulate: bool):
+    # torchao logs at import that its CUDA-only kernels failed to load; irrelevant to us.
+    logging.getLogger("torchao").setLevel(logging.ERROR)
+    logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
+    try:
+        from torchao.float8 import Float8LinearConfig
+        from torchao.float8.config import CastConfig, ScalingGranularity
+    except ImportError:
+        raise ImportError("FP8 training needs torchao: pip install 'bessemer[fp8]' (or pip install torchao, the "
+                          "release built for your torch)") from None
+
+    if recipe == "tensorwise_e4m3":
+        e4m3 = CastConfig(scaling_granularity=ScalingGranularity.TENSORWISE, target_dtype=torch.float8_e4m3fn)
+        config = Float8LinearConfig(cast_config_grad_output=e4m3)
+    elif recipe == "tensorwise":
+        config = Float8LinearConfig()
+    else:
+        config = Float8LinearConfig.from_recipe_name(recipe)
+    return dataclasses.replace(config, emulate=emulate)
+
+
+def fp8_targets(model: nn.Module, policy: PrecisionPolicy, cfg: Float8Config) -> dict[str, str]:
+    """{module name: recipe} for every module the policy puts in FP8; refuses the embedding and the head."""
+    targets = {}
+    for name, module in model.named_modules():
+        recipe = policy.of(name).fp8 if name else None
+        if recipe is None:
+            continue
+        if name in PROTECTED and not cfg.force:
+            what = "token embedding" if name == "tok_embeddings" else "output head"
+            raise ConfigError(
+                f"precision.fp8 with precision.rules puts the {what} ({name!r}) in FP8 ({recipe}); refused: "
+                + ("an embedding is a lookup, not a GEMM, and one FP8 scale for the whole table flushes small rows "
+                   "to zero (all-zero lookups)" if name == "tok_embeddings" else
+                   "the logits feed a softmax over the whole vocabulary and need more than E4M3's 3 mantissa bits")
+                + f"; keep it out with the rule '{name}: fp8=none', or set precision.fp8.force = true to insist")
+        if isinstance(module, nn.Linear):
+            targets[name] = recipe
+        elif isinstance(module, nn.Embedding):
+            targets[name] = recipe
+    return targets
+
+
+def convert_to_fp8(model: nn.Module, policy: PrecisionPolicy, cfg: Float8Config) -> dict[str, str]:
+    """Swap the selected nn.Linear for Float8Linear (and, with force, quantize the embedding table's lookups).
+    Works on the meta device, before tensor parallelism and FSDP. Returns {module name: recipe}."""
+    targets = fp8_targets(model, policy, cfg)
+    if not targets:
+        return targets
+    if not cfg.emulate and not torch.cuda.is_available():
+        raise ConfigError("precision.fp8 needs a GPU with FP8 tensor cores (H100 and later); on CPU set "
+                          "precision.fp8.emulate = true to run the FP8 numerics with high-precision matmuls")
+    configs = {r: float8_config(r, cfg.emulate) for r in set(targets.values())}
+    from torchao.float8.float8_linear import Float8Linear
+
+    for name, recipe in targets.items():
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name)
+        module = getattr(parent, child)
+        if isinstance(module, nn.Embedding):
+            module.forward = _Fp8Lookup(module)
+        else:
+            setattr(parent, child, Float8Linear.from_float(module, config=configs[recipe]))
+    return targets
+
+
+class _Fp8Lookup:
+    """Embedding lookups from an E4M3 copy of the table with one scale (what FP8 storage of the table would
+    give), with straight-through gradients. Only under `force`; it shows why the default refuses it."""
+
+    def __init__(self, module: nn.Embedding):
+        self.module = module
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        w = self.module.weight
+        scale = torch.finfo(torch.float8_e4m3fn).max / w.detach().abs().amax().clamp(min=1e-12)
+        q = (w * scale).to(torch.float8_e4m3fn).to(w.dtype) / scale
+        w_q = w + (q - w).detach()  # forward uses q, backward flows to w unchanged
+        return nn.functional.embedding(tokens, w_q)

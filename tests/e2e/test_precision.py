@@ -1,0 +1,142 @@
+"""Precision end to end: the trainer in this process (so a test can poison a gradient or a weight), real
+metrics files. The 200-step comparisons on the tiny model are marked slow."""
+
+import math
+
+import pytest
+import torch
+
+from bessemer.config import load_config
+from bessemer.report.run_report import read_metrics
+from bessemer.train.trainer import Trainer
+
+QUIET = ["--metrics.tensorboard=false", "--metrics.peak_tflops=1", "--checkpoint.at_end=false",
+         "--metrics.progress=false", "--metrics.log_interval=1000"]
+TINY = ["--model.name=tiny", "--train.global_batch=8", "--train.micro_batch=8", "--train.seq_len=64",
+        "--train.steps=200", "--train.warmup=20"]
+
+
+def trainer(run_dir, *overrides, resume=False) -> Trainer:
+    cfg = load_config("configs/debug.toml", [f"--run.dir={run_dir}", *QUIET, *overrides])
+    return Trainer(cfg, resume=resume)
+
+
+def train(run_dir, *overrides) -> tuple[list[dict], list[dict]]:
+    t = trainer(run_dir, *overrides)
+    t.train()
+    return read_metrics(run_dir / "metrics.jsonl")
+
+
+def alerts(events: list[dict], kind: str) -> list[dict]:
+    return [e for e in events if e["event"] == "alert" and e["kind"] == kind]
+
+
+@pytest.mark.slow
+def test_fp16_with_loss_scaling_tracks_fp32_on_the_tiny_model(tmp_path):
+    fp32, _ = train(tmp_path / "fp32", *TINY)
+    fp16, _ = train(tmp_path / "fp16", *TINY, "--precision.dtype=fp16")
+    a, b = fp32[-1]["loss"], fp16[-1]["loss"]
+    print(f"\nprecision fp16 vs fp32, tiny model, step 200: {b:.4f} vs {a:.4f} ({abs(b - a) / a:.2%})")
+    assert fp16[-1]["step"] == 200 and abs(b - a) / a < 0.02
+    assert fp32[0]["loss"] - a > 1.0  # both actually trained
+    assert all(r["skipped"] == 0 for r in fp16[10:])
+
+
+@pytest.mark.slow
+def test_fp8_emulation_tracks_bf16_on_the_tiny_model(tmp_path):
+    bf16, _ = train(tmp_path / "bf16", *TINY, "--precision.dtype=bf16")
+    fp8, _ = train(tmp_path / "fp8", *TINY, "--precision.dtype=bf16", "--precision.fp8.enabled=true",
+                   "--precision.fp8.emulate=true")
+    a, b = bf16[-1]["loss"], fp8[-1]["loss"]
+    print(f"\nprecision fp8 (emulated, tensorwise) vs bf16, tiny model, step 200: {b:.4f} vs {a:.4f} "
+          f"({abs(b - a) / a:.2%})")
+    assert abs(b - a) / a < 0.05
+    assert bf16[0]["loss"] - a > 1.0
+
+
+def test_forced_overflow_backs_off_skips_the_step_and_recovers(tmp_path):
+    t = trainer(tmp_path, "--train.steps=20", "--precision.dtype=fp16", "--precision.scaler.hysteresis=1",
+                "--precision.scaler.growth_interval=5", "--precision.scaler.init_scale=1024")
+    weight = t.model_parts[0].layers["2"].feed_forward.w2.weight
+    weight.register_hook(lambda g: g * math.inf if t.state.step == 7 else g)  # during step 8
+    t.train()
+    records, events = read_metrics(tmp_path / "metrics.jsonl")
+    by_step = {r["step"]: r for r in records}
+    assert by_step[8]["skipped"] == 1 and not math.isfinite(by_step[8]["grad_norm"])
+    assert sum(r["skipped"] for r in records) == 1
+    # Scale 1024 doubled at steps 5; the overflow at step 8 halves it; 5 clean steps later it grows again.
+    assert [by_step[s]["loss_scale"] for s in (5, 6, 8, 9, 14)] == [1024, 2048, 2048, 1024, 2048]
+    assert by_step[20]["overflows"] == 1
+    assert records[-1]["loss"] < records[7]["loss"]  # training went on
+    assert not alerts(events, "nonfinite")  # an fp16 overflow is routine, not an alert
+
+
+def test_floor_pinned_tiny_scale_raises_the_silent_failure_alert(tmp_path):
+    tiny = 2.0 ** -30
+    records, events = train(tmp_path, "--train.steps=6", "--precision.dtype=fp16",
+                            *(f"--precision.scaler.{k}={tiny}" for k in ("init_scale", "min_scale", "max_scale")))
+    assert all(r["grad_norm"] == 0.0 and math.isfinite(r["loss"]) for r in records)
+    silent = alerts(events, "silent_update")
+    assert len(silent) == 1 and silent[0]["step"] == 1 and "flush to zero" in silent[0]["message"]
+    assert alerts(events, "loss_scale_floor")
+
+
+def test_a_nonfinite_weight_is_named_and_traced_to_its_module(tmp_path):
+    t = trainer(tmp_path, "--train.steps=10", "--precision.dtype=bf16", "--precision.guards.skipped_steps=2")
+    for _ in range(3):
+        t.train_step()
+    with torch.no_grad():
+        t.model_parts[0].layers["1"].attention.wq.weight[0, 0] = float("nan")
+    for _ in range(3):
+        t.train_step()
+    t.metrics.close()
+    _, events = read_metrics(tmp_path / "metrics.jsonl")
+    found = alerts(events, "nonfinite")
+    assert found[0]["step"] == 4 and found[0]["parameter"] == "layers.1.attention.wq.weight"
+    traced = [e for e in found if e.get("module")]
+    assert traced and traced[0]["module"] == "layers.1.attention.wq"
+    assert alerts(events, "skipped_steps")[0]["step"] == 5
+
+
+OFFLOAD_AND_AC = {
+    "offload_full": ["--precision.offload.mode=full"],
+    "offload_partial": ["--precision.offload.mode=partial", "--precision.offload.fraction=0.4"],
+    "ac_full": ["--precision.activation_checkpoint.mode=full"],
+    "ac_every2": ["--precision.activation_checkpoint.mode=selective", "--precision.activation_checkpoint.every=2"],
+    "ac_ops": ["--precision.activation_checkpoint.mode=selective",
+               "--precision.activation_checkpoint.save_ops=mm,sdpa"],
+}
+
+
+@pytest.fixture(scope="module")
+def fp32_reference(tmp_path_factory):
+    records, _ = train(tmp_path_factory.mktemp("ref") / "R", "--train.steps=20")
+    return [r["loss"] for r in records]
+
+
+@pytest.mark.parametrize("name", list(OFFLOAD_AND_AC))
+def test_offload_and_activation_checkpointing_leave_the_losses_identical(name, fp32_reference, tmp_path):
+    records, _ = train(tmp_path, "--train.steps=20", *OFFLOAD_AND_AC[name])
+    assert [r["loss"] for r in records] == fp32_reference
+
+
+def test_fp16_run_resumes_with_its_loss_scale(tmp_path):
+    flags = ["--train.steps=12", "--precision.dtype=fp16", "--precision.scaler.growth_interval=3",
+             "--checkpoint.interval=6", "--checkpoint.keep=0"]
+    full, _ = train(tmp_path / "A", *flags)
+    t = trainer(tmp_path / "B", *flags)
+    for _ in range(6):
+        t.train_step()
+    t.save()
+    t.metrics.close()
+    resumed = trainer(tmp_path / "B", *flags, resume=True)
+    assert resumed.scaler.state_dict() == t.scaler.state_dict() and resumed.scaler.scale > 2 ** 16
+    resumed.train()
+    records, _ = read_metrics(tmp_path / "B" / "metrics.jsonl")
+    tail = {r["step"]: (r["loss"], r["loss_scale"]) for r in records if r["step"] > 6}
+    assert tail == {r["step"]: (r["loss"], r["loss_scale"]) for r in full if r["step"] > 6}
+
+
+def test_step_records_carry_peak_memory(tmp_path):
+    records, _ = train(tmp_path, "--train.steps=2")
+    assert all(r["peak_mem_gib"] > 0.01 for r in records)

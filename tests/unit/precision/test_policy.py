@@ -1,0 +1,67 @@
+import pytest
+import torch
+
+from bessemer.config import PrecisionConfig
+from bessemer.model.llama import build_model
+from bessemer.model.registry import get_model_args
+from bessemer.precision.policy import Fp16MatmulEmulation, PrecisionPolicy, compute_context
+
+
+def test_fp16_emulation_rounds_like_an_fp16_gemm():
+    torch.manual_seed(0)
+    a, b = torch.randn(64, 96).half(), torch.randn(96, 32).half()
+    with Fp16MatmulEmulation():
+        got = a @ b
+    assert got.dtype == torch.float16
+    torch.testing.assert_close(got, (a.float() @ b.float()).half(), rtol=0, atol=0)
+    # Beyond 65504 the product overflows to inf, as on a GPU.
+    with Fp16MatmulEmulation():
+        big = torch.full((2, 2), 300.0).half() @ torch.full((2, 2), 300.0).half()
+    assert torch.isinf(big).all()
+
+
+def test_norms_compute_in_fp32_under_bf16_autocast():
+    model = build_model(get_model_args("debug"), 32)
+    policy = PrecisionPolicy(PrecisionConfig(dtype="bf16"))
+    islands = policy.apply_autocast_islands(model)
+    assert "layers.0.attention_norm" in islands and "norm" in islands and "layers.0.attention" not in islands
+    seen = {}
+
+    def record(key):
+        def hook(module, args, out):
+            seen.setdefault(key, (args[0].dtype, out.dtype))
+        return hook
+
+    model.layers["0"].attention_norm.register_forward_hook(record("norm"))
+    model.layers["0"].attention.wq.register_forward_hook(record("wq"))
+    with compute_context(policy, torch.device("cpu"), autocast=True):
+        model(torch.randint(0, 1024, (2, 16)))
+    assert seen["norm"] == (torch.float32, torch.float32)  # inputs upcast, statistics and output in fp32
+    assert seen["wq"][1] == torch.bfloat16
+
+
+def test_fsdp_units_get_islands_for_fp32_norms():
+    model = build_model(get_model_args("debug"), 32, "meta")
+    policy = PrecisionPolicy(PrecisionConfig(dtype="bf16"))
+    block = policy.fsdp_islands(model.layers["0"], "layers.0")
+    assert [m for m, _ in block] == [model.layers["0"].attention_norm, model.layers["0"].ffn_norm]
+    mp = block[0][1]
+    assert (mp.param_dtype, mp.reduce_dtype, mp.output_dtype) == (torch.float32, torch.float32, torch.bfloat16)
+    root = policy.fsdp_islands(model, "", skip="layers")
+    assert [m for m, _ in root] == [model.norm]
+    assert policy.mp_policy("layers.0").param_dtype == torch.bfloat16
+    assert PrecisionPolicy(PrecisionConfig(dtype="fp32")).fsdp_islands(model.layers["0"], "layers.0") == []
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_mixed_precision_forward_is_close_to_fp32(dtype):
+    torch.manual_seed(0)
+    model = build_model(get_model_args("debug"), 32)
+    tokens = torch.randint(0, 1024, (2, 32))
+    ref = model(tokens)
+    policy = PrecisionPolicy(PrecisionConfig(dtype=dtype))
+    policy.apply_autocast_islands(model)
+    with compute_context(policy, torch.device("cpu"), autocast=True):
+        out = model(tokens)
+    assert out.dtype == policy.dtype
+    torch.testing.assert_close(out.float(), ref, rtol=0.05, atol=0.05)
