@@ -96,9 +96,18 @@ def build_report(run_dir: str | Path) -> Path:
             ("mean MFU", f"{100 * s['mean_mfu']:.1f}%"), ("mean step time", f"{s['mean_step_time_s']:.3f} s"),
             ("training time", f"{s['train_time_s']:.1f} s"),
             ("checkpoints saved", sum(e["event"] == "checkpoint_saved" for e in events))]
+    alerts = [e for e in events if e["event"] == "alert"]
+    rows += [("skipped steps (non-finite gradients)", sum(r.get("skipped", 0) for r in records)),
+             ("alerts", len(alerts))]
+    if "peak_mem_gib" in records[-1]:
+        rows.append(("peak memory (rank 0)", f"{max(r.get('peak_mem_gib', 0) for r in records):.2f} GiB"))
     started = [e for e in events if e["event"] == "run_started"]
     if started:
         rows.insert(0, ("layout", started[-1]["layout"]))
+    alert_rows = "\n".join(f"<tr><td>{e['step']}</td><td>{html.escape(str(e.get('kind')))}</td>"
+                           f"<td>{html.escape(str(e.get('message')))}</td></tr>" for e in alerts)
+    alert_section = (f"<h2>Alerts</h2><table><tr><th>step</th><th>kind</th><th>message</th></tr>{alert_rows}</table>"
+                     if alerts else "")
     config_path = run_dir / "config.toml"
     config = config_path.read_text(encoding="utf-8") if config_path.is_file() else "(no config.toml)"
     table = "\n".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
@@ -108,6 +117,7 @@ def build_report(run_dir: str | Path) -> Path:
 pre{{background:#f4f4f4;padding:1em}}</style></head><body>
 <h1>Run report: {html.escape(run_dir.name)}</h1>
 <h2>Summary</h2><table>{table}</table>
+{alert_section}
 <h2>Loss</h2><img src="loss.png" alt="training loss per step">
 <h2>Throughput</h2><img src="throughput.png" alt="tokens per second per step">
 <h2>Resolved config</h2><pre>{html.escape(config, quote=False)}</pre>

@@ -10,17 +10,19 @@ def test_report_from_metrics(tmp_path):
     lines = [{"step": s, "loss": 5.0 - s * 0.1, "lr": 1e-3, "grad_norm": 1.0, "tokens_per_s": 100.0 + s,
               "mfu": 0.1, "step_time_s": 0.5, "tokens_seen": 64 * s} for s in range(1, 21)]
     lines.insert(5, {"event": "checkpoint_saved", "step": 5})
+    lines.insert(9, {"event": "alert", "step": 8, "kind": "silent_update", "message": "every gradient is <zero>"})
     lines.append({"step": 20, "loss": 2.5, "lr": 1e-3, "grad_norm": 1.0, "tokens_per_s": 1.0, "mfu": 0.1,
                   "step_time_s": 0.5, "tokens_seen": 1280})  # a resumed run re-logged step 20: the last one wins
     (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     (tmp_path / "config.toml").write_text("[train]\nsteps = 20\n")
     records, events = read_metrics(tmp_path / "metrics.jsonl")
-    assert len(records) == 20 and records[-1]["loss"] == 2.5 and len(events) == 1
+    assert len(records) == 20 and records[-1]["loss"] == 2.5 and len(events) == 2
     s = summarize(records)
     assert s["first_loss"] == 4.9 and s["final_loss"] < s["first_loss"]
     page = build_report(tmp_path)
     html = page.read_text()
     assert "loss.png" in html and "steps = 20" in html and "checkpoints saved" in html
+    assert "<h2>Alerts</h2>" in html and "silent_update" in html and "every gradient is &lt;zero&gt;" in html
     for png in ("loss.png", "throughput.png"):
         assert (page.parent / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
