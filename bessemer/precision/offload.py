@@ -64,7 +64,7 @@ class HostAdamW:
         """A state tensor as the device optimizer would hold it (a DTensor shard for sharded parameters), so
         that distributed checkpoints can reshard it."""
         if isinstance(param, DTensor) and isinstance(value, torch.Tensor) and value.dim() > 0:
-            return DTensor.fromlocal(value.to(param.device), param.device_mesh, param.placements,
+            return DTensor.from_local(value.to(param.device), param.device_mesh, param.placements,
                                       shape=param.shape, stride=param.stride())
         return value
 
@@ -81,12 +81,16 @@ class HostAdamW:
                     out[f"param_groups.{name}.{key}"] = value
         return out
 
+    @torch.no_grad()
+    def refresh(self) -> None:
+        """Copy the parameters' current values to the host copies (after weights were loaded)."""
+        for p, h in zip(self.params, self.host):
+            h.copy_(local(p))
+
     def load_state_dict(self, state: dict) -> None:
         """Restore the moments and refresh the host copies from the (already restored) parameters: the
         checkpointer restores the model before the optimizer."""
-        with torch.no_grad():
-            for p, h in zip(self.params, self.host):
-                h.copy_(local(p))
+        self.refresh()
         group_of = {id(h): g for g in self.optimizer.param_groups for h in g["params"]}
         for name, h in zip(self.names, self.host):
             prefix = f"state.{name}."
