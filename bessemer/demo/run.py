@@ -47,7 +47,7 @@ def run_demo(run_dir: str | Path, overrides: list[str] = ()) -> Path:
     nproc = cfg.parallel.world_size
     print(f"[2/3] training model '{cfg.model.name}' for {cfg.train.steps} steps on {nproc} process(es)", flush=True)
     code = train(cfg, str(DEMO_CONFIG), [f"--run.dir={run_dir}", f"--data.path={shards}", *overrides], nproc,
-                 resume=False)
+                 resume=False, max_restarts=1)  # recovers from the failure the demo injects ([fault])
     if code:
         raise BessemerError(f"training on {nproc} processes stopped with exit status {code}; see the output above")
 

@@ -71,12 +71,33 @@ class ParallelDims:
                 f"{self.dp_shard} x tp {self.tp}")
 
 
+def restart_attempt() -> int:
+    """0 for the first start of a job, n for torchrun's n-th automatic restart (--max-restarts)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+
 def init_distributed(launch: Launch, device_type: str) -> None:
     """Join the process group (gloo on CPU, nccl on GPU) when launched with more than one rank."""
+    import datetime
+
     import torch.distributed as dist
 
-    if launch.distributed and not dist.is_initialized():
-        dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
+    if not launch.distributed or dist.is_initialized():
+        return
+    backend = "nccl" if device_type == "cuda" else "gloo"
+    attempt = restart_attempt()
+    if attempt == 0:
+        dist.init_process_group(backend)
+        return
+    # After an automatic restart torchrun's agent still serves the store of the failed attempt, holding the
+    # addresses of the dead ranks under the default keys (gloo's full-mesh connect then dials them and times
+    # out). The new ranks meet under a key prefix of their own.
+    env = os.environ
+    agent_store = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), launch.world_size,
+                          is_master=not agent_store and launch.rank == 0, timeout=datetime.timedelta(minutes=10))
+    dist.init_process_group(backend, store=dist.PrefixStore(f"bessemer/attempt_{attempt}", store), rank=launch.rank,
+                            world_size=launch.world_size)
 
 
 def build_mesh(dims: ParallelDims, device_type: str):

@@ -34,7 +34,8 @@ def _smooth(values: list[float], window: int) -> list[float]:
     return out
 
 
-def _plot(path: Path, steps: list[int], series: dict[str, list[float]], ylabel: str, title: str) -> None:
+def _plot(path: Path, steps: list[int], series: dict[str, list[float]], ylabel: str, title: str,
+          markers: list[tuple[int, str]] = ()) -> None:
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -43,6 +44,10 @@ def _plot(path: Path, steps: list[int], series: dict[str, list[float]], ylabel: 
     fig, ax = plt.subplots(figsize=(7, 3.6), dpi=110)
     for label, values in series.items():
         ax.plot(steps, values, label=label, linewidth=1.2)
+    for step, label in markers:  # e.g. an automatic restart: where training resumed
+        ax.axvline(step, color="tab:red", linestyle="--", linewidth=1)
+        ax.annotate(label, (step, 1), xycoords=("data", "axes fraction"), xytext=(3, -12),
+                    textcoords="offset points", fontsize=8, color="tab:red")
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -85,8 +90,10 @@ def build_report(run_dir: str | Path) -> Path:
     steps = [r["step"] for r in records]
     losses = [r["loss"] for r in records]
     window = max(1, len(records) // 20)
+    restarts = [e for e in events if e["event"] == "restart"]
+    markers = [(e["step"], f"restart {e.get('attempt', '')}: resumed from step {e['step']}") for e in restarts]
     _plot(out / "loss.png", steps, {"loss": losses, f"mean of {window}": _smooth(losses, window)},
-          "cross-entropy (nats/token)", "training loss")
+          "cross-entropy (nats/token)", "training loss", markers)
     _plot(out / "throughput.png", steps, {"tokens/s": [r["tokens_per_s"] for r in records]}, "tokens / s",
           "throughput")
     s = summarize(records)
@@ -97,8 +104,18 @@ def build_report(run_dir: str | Path) -> Path:
             ("training time", f"{s['train_time_s']:.1f} s"),
             ("checkpoints saved", sum(e["event"] == "checkpoint_saved" for e in events))]
     alerts = [e for e in events if e["event"] == "alert"]
+    loaded = {e["step"]: e for e in events if e["event"] == "checkpoint_loaded"}
+    recovery_rows = "\n".join(
+        f"<tr><td>{e.get('attempt', '')}</td><td>{e['step']}</td>"
+        f"<td>{html.escape(str(loaded.get(e['step'], {}).get('tier', '')))}</td>"
+        f"<td>{html.escape(str(loaded.get(e['step'], {}).get('path', 'none (started over)')))}</td></tr>"
+        for e in restarts)
+    recovery = (f"<h2>Recovery</h2><p>A rank failed and every rank was restarted automatically "
+                f"(dashed lines on the loss plot); each restart resumed from the newest intact checkpoint.</p>"
+                f"<table><tr><th>restart</th><th>resumed at step</th><th>tier</th><th>checkpoint</th></tr>"
+                f"{recovery_rows}</table>" if restarts else "")
     rows += [("skipped steps (non-finite gradients)", sum(r.get("skipped", 0) for r in records)),
-             ("alerts", len(alerts))]
+             ("alerts", len(alerts)), ("automatic restarts", len(restarts))]
     if "peak_mem_gib" in records[-1]:
         rows.append(("peak memory (rank 0)", f"{max(r.get('peak_mem_gib', 0) for r in records):.2f} GiB"))
     started = [e for e in events if e["event"] == "run_started"]
@@ -117,6 +134,7 @@ def build_report(run_dir: str | Path) -> Path:
 pre{{background:#f4f4f4;padding:1em}}</style></head><body>
 <h1>Run report: {html.escape(run_dir.name)}</h1>
 <h2>Summary</h2><table>{table}</table>
+{recovery}
 {alert_section}
 <h2>Loss</h2><img src="loss.png" alt="training loss per step">
 <h2>Throughput</h2><img src="throughput.png" alt="tokens per second per step">

@@ -77,6 +77,12 @@ class Optimizers:
             if opt is not None:
                 opt.step()
 
+    def params_changed(self) -> None:
+        """The weights were replaced from outside (e.g. loaded): host-offloaded copies follow."""
+        for host in self.host_optimizers:
+            if host is not None:
+                host.refresh()
+
     def state_dict(self) -> dict:
         out = {}
         for part, dev, host in zip(self.parts, self.device_optimizers, self.host_optimizers):

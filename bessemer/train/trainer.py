@@ -14,17 +14,18 @@ import torch.nn.functional as F
 
 from torch.distributed.tensor import DTensor
 
-from bessemer.checkpoint.paths import check_resume
+from bessemer.checkpoint.interval import advise
+from bessemer.checkpoint.paths import check_resume, redact_url, tier_dirs
 from bessemer.checkpoint.store import Checkpointer, ModelParts
 from bessemer.config import JobConfig, to_toml
 from bessemer.dataset.loader import TokenLoader
 from bessemer.dataset.shards import TokenDataset
-from bessemer.errors import TrainingInterrupted
+from bessemer.errors import BessemerError, TrainingInterrupted
 from bessemer.model.llama import build_model
 from bessemer.model.registry import count_params, flops_per_token, resolve_model_args
 from bessemer.train.metrics import Console, MetricsLogger, peak_memory_gib, peak_tflops
 from bessemer.parallel.apply import build_model_parts, uses_fsdp
-from bessemer.parallel.dims import Launch, ParallelDims, build_mesh, init_distributed
+from bessemer.parallel.dims import Launch, ParallelDims, build_mesh, init_distributed, restart_attempt
 from bessemer.parallel.layout import check_layout
 from bessemer.parallel.pipeline import build_schedule
 from bessemer.parallel.reduce import clip_grad_norm_, global_loss
@@ -33,6 +34,7 @@ from bessemer.precision.guards import Guards
 from bessemer.precision.policy import PrecisionPolicy, compute_context
 from bessemer.precision.scaler import LossScaler, unscale_
 from bessemer.train.optim import LRSchedules, Optimizers
+from bessemer.train.fault import FaultInjector
 from bessemer.train.state import RNGState, TrainState, seed_everything
 
 
@@ -65,6 +67,8 @@ class Trainer:
         self.pp_schedule = None
         # FSDP2 casts parameters per unit; everywhere else autocast does (precision/policy.py).
         self.sharded = self.launch.distributed and uses_fsdp(self.dims)
+        self._cold_events: list[tuple] = []
+        self.cold = self._build_cold()  # reads the backup key on every rank before any collective
         if self.launch.distributed:
             self._build_distributed()
         else:
@@ -83,21 +87,39 @@ class Trainer:
         self.lr_schedules = LRSchedules(self.optimizers, cfg.train)
         self.scaler = LossScaler(cfg.precision.scaler, enabled=cfg.precision.dtype == "fp16")
         self.state = TrainState()
+        # torchrun's elastic agent restarts every rank after a failure (--max-restarts); a restart resumes.
+        self.attempt = restart_attempt()
+        self.fault = FaultInjector(cfg.fault, self.launch.rank, self.attempt)
+        self.metrics = None
+        self._early_events: list[tuple] = []  # events raised before the metrics logger exists
+        self.console = None
         self.checkpointer = Checkpointer(cfg.checkpoint, self.run_dir, {
             "model": ModelParts(self.model_parts), "optimizer": self.optimizers, "lr_schedule": self.lr_schedules,
             "loss_scaler": self.scaler, "dataloader": self.loader, "rng": RNGState(), "train_state": self.state},
-            rank=self.launch.rank, world_size=self.launch.world_size)
+            rank=self.launch.rank, world_size=self.launch.world_size,
+            meta={"layout": self.dims.describe(), "model": {
+                "name": cfg.model.name, "vocab_size": self.model_args.vocab_size, "seq_len": cfg.train.seq_len,
+                "data_path": str(Path(cfg.data.path).resolve())}},
+            config=self._resolved_config(), event=self._event, midway=self.fault.during_save,
+            committed=self.cold.committed if self.cold else None)
 
-        resumed_from = self._restore(resume)
-        self._saved_step = resumed_from
+        resumed = self._restore(resume or self.attempt > 0)
+        self._saved_step = resumed[0] if resumed else None
+        if resumed is None and cfg.checkpoint.initial_load_hf:
+            self._load_hf(Path(cfg.checkpoint.initial_load_hf))
         if self.is_main:
-            self._write_config()
-        self.metrics = MetricsLogger(cfg.metrics, self.run_dir, resume=resumed_from is not None,
+            (self.run_dir / "config.toml").write_text(self._resolved_config(), encoding="utf-8")
+        self.metrics = MetricsLogger(cfg.metrics, self.run_dir, resume=resumed is not None,
                                      enabled=log and self.is_main)
+        if self.attempt:
+            self.metrics.event("restart", self.state.step, attempt=self.attempt,
+                               message=f"automatic restart {self.attempt} after a failure")
+        for name, step, fields in self._early_events:
+            self.metrics.event(name, step, **fields)
         self.metrics.event("run_started", self.state.step, layout=self.dims.describe(),
                            world_size=self.launch.world_size, device=self.device.type)
-        if resumed_from is not None:
-            self.metrics.event("checkpoint_loaded", resumed_from, path=str(self.checkpointer.dir))
+        if resumed is not None:
+            self.metrics.event("checkpoint_loaded", resumed[0], tier=resumed[1], path=str(resumed[2]))
         self.tokens_per_step = cfg.train.global_batch * cfg.train.seq_len
         self.flops_per_token = flops_per_token(self.model_args, cfg.train.seq_len)
         tflops, self.peak_source = peak_tflops(cfg.metrics, self.device, self.dtype)
@@ -105,6 +127,8 @@ class Trainer:
         self.console = Console(cfg.metrics, cfg.train.steps, self.state.step, enabled=log and self.is_main)
         self.guards = Guards(cfg.precision.guards, self._alert, self.launch.distributed)
         self._stop_signal: int | None = None
+        self._step_s: float | None = None  # moving average of the step time (for the checkpoint interval)
+        self._advised = False
 
     def _build_distributed(self) -> None:
         """Join the group, build the mesh and this rank's parts (and their pipeline schedule)."""
@@ -120,15 +144,79 @@ class Trainer:
                 self.model_parts, stage_ids, num_stages, cfg.parallel.pp_schedule, self.pp_microbatches,
                 self._pipeline_loss, self.device, self.mesh["pp"].get_group())
 
-    def _restore(self, resume: bool) -> int | None:
+    def _restore(self, resume: bool) -> tuple[int, str, Path] | None:
+        """With `resume`: load the newest intact checkpoint of any tier (damaged ones are skipped, with an
+        event); None when there is none (a restart before the first checkpoint starts over)."""
         latest = check_resume(self.cfg, resume)
-        return None if latest is None else self.checkpointer.load(latest)
+        if not resume:
+            return None
+        cold = self.cfg.checkpoint.cold
+        found = self.checkpointer.recover(self.run_dir, self.cold, cold_available=bool(cold.url),
+                                          cold_url=redact_url(cold.url))
+        skipped = [f"{f['tier']} step {step}: {f['reason']}" for name, step, f in self._early_events
+                   if name == "checkpoint_skipped"]
+        if found is None and (latest is not None or skipped):  # there were checkpoints, none of them usable
+            where = [*map(str, tier_dirs(self.cfg.checkpoint, self.run_dir).values()),
+                     *([redact_url(cold.url)] if cold.url else [])]
+            raise BessemerError(f"no intact checkpoint to resume from in {', '.join(where)} ({'; '.join(skipped)})")
+        return found
 
-    def _write_config(self) -> None:
+    def _load_hf(self, hf_dir: Path) -> None:
+        """Start from Hugging Face Llama weights: every rank reads the files and keeps its part."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        from bessemer.checkpoint.hf import load_hf
+
+        state, _ = load_hf(hf_dir, self.model_args)
+        for part in self.model_parts:
+            keys = part.state_dict().keys()
+            set_model_state_dict(part, {k: state[k].to(self.device) for k in keys},
+                                 options=StateDictOptions(full_state_dict=True, strict=True))
+        self.optimizers.params_changed()
+        self._early_events.append(("initial_load_hf", 0, {"path": str(hf_dir)}))
+
+    def _build_cold(self):
+        """Rank 0's cold tier (backups and restores), when configured."""
+        cold = self.cfg.checkpoint.cold
+        if not cold.url:
+            return None
+        from bessemer.checkpoint.backup import ColdTier
+        from bessemer.checkpoint.cold import load_key
+
+        load_key(cold.key_env, cold.key_file)  # on every rank, before any collective: all fail alike
+        if not self.is_main:
+            return None
+        ColdTier.remove_stale_staging(tier_dirs(self.cfg.checkpoint, self.run_dir)["macro"])
+
+        def done(step: int, error: BaseException | None, seconds: float) -> None:  # the uploader's thread
+            if error is None:
+                self._cold_events.append(("cold_backup_saved", step, {"seconds": round(seconds, 3),
+                                                                      "url": redact_url(cold.url)}))
+            else:
+                self._cold_events.append(("alert", step, {"kind": "cold_backup_failed",
+                                                          "message": f"cold backup of step {step} failed: {error}"}))
+
+        return ColdTier(cold, done)
+
+    def _flush_cold_events(self) -> None:
+        while self.cold is not None and self._cold_events:
+            name, step, fields = self._cold_events.pop(0)
+            self._event(name, step, **fields)
+
+    def _resolved_config(self) -> str:
         resolved = dataclasses.replace(
             self.cfg, model=dataclasses.replace(self.cfg.model, vocab_size=self.model_args.vocab_size),
             parallel=dataclasses.replace(self.cfg.parallel, dp_shard=self.dims.dp_shard))
-        (self.run_dir / "config.toml").write_text(to_toml(resolved), encoding="utf-8")
+        return to_toml(resolved)
+
+    def _event(self, name: str, step: int, **fields) -> None:
+        """Events from the checkpointer: to metrics.jsonl (held until it is open), alerts also to the console."""
+        if self.metrics is None:
+            self._early_events.append((name, step, fields))
+        else:
+            self.metrics.event(name, step, **fields)
+        if self.console is not None and name in ("alert", "checkpoint_skipped"):
+            self.console.print(f"{name} at step {step}: {fields.get('message') or fields.get('reason')}")
 
     def compute(self) -> contextlib.AbstractContextManager:
         """Autocast where FSDP2 does not cast the parameters; fp16 GEMM emulation on CPU."""
@@ -222,6 +310,7 @@ class Trainer:
                     t0 = time.perf_counter()
                     out = self.train_step()
                     dt = time.perf_counter() - t0
+                    self._step_s = dt if self._step_s is None else 0.9 * self._step_s + 0.1 * dt
                     tokens_per_s = self.tokens_per_step / dt
                     record = {"step": self.state.step, **out, "tokens_per_s": tokens_per_s,
                               "mfu": self.flops_per_token * tokens_per_s / self.peak_flops, "step_time_s": dt,
@@ -229,16 +318,26 @@ class Trainer:
                               "peak_mem_gib": round(peak_memory_gib(self.device), 4)}
                     self.metrics.log(record)
                     self.console.update(record)
+                    self._flush_cold_events()
                     stop = self._agreed_stop()
                     if stop is not None:
-                        self.save()
+                        self.save("macro")
+                        self.checkpointer.finish()
+                        if self.cold is not None and not self.cold.wait(timeout=60):
+                            self.console.print("a cold backup is still uploading; stopping without waiting for it")
                         raise TrainingInterrupted(stop, self.state.step)
                     last = self.state.step == cfg.train.steps
-                    if self.checkpointer.due(self.state.step) and not (last and cfg.checkpoint.at_end):
-                        self.save()
+                    tier = self.checkpointer.due(self.state.step)
+                    if tier and not (last and cfg.checkpoint.at_end):
+                        self.save(tier)
+                    self.fault.after_step(self.state.step)
                 if cfg.checkpoint.at_end and self._saved_step != self.state.step:
-                    self.save()
+                    self.save("macro")
+                self.checkpointer.finish()
+                if self.cold is not None:
+                    self.cold.wait()  # the last backup completes before the run reports done
             finally:
+                self._flush_cold_events()
                 self.console.close()
                 self.metrics.close()
 
@@ -254,12 +353,31 @@ class Trainer:
         if self.launch.distributed and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
 
-    def save(self) -> None:
-        t0 = time.perf_counter()
-        path = self.checkpointer.save(self.state.step)
-        self._saved_step = self.state.step
-        self.metrics.event("checkpoint_saved", self.state.step, path=str(path),
-                           seconds=round(time.perf_counter() - t0, 3))
+    def save(self, tier: str) -> None:
+        if self.checkpointer.save(self.state.step, tier) is not None:
+            self._saved_step = self.state.step
+            self._advise_interval()
+
+    def _advise_interval(self) -> None:
+        """Young/Daly's interval from this run's save cost and step time (rank 0's, so that every rank agrees):
+        logged once, and applied to the micro tier when its interval is "auto"."""
+        auto = self.cfg.checkpoint.micro.interval == "auto"
+        if self._advised and not auto or not self._step_s:
+            return
+        measured = torch.tensor([self.checkpointer.last_save_s or 0.0, self._step_s], dtype=torch.float64,
+                                device=self.device)
+        if self.launch.distributed:
+            torch.distributed.broadcast(measured, src=0)
+        ckpt = self.cfg.checkpoint
+        mtbf_h = ckpt.mtbf_hours or ckpt.gpu_mtbf_hours / self.launch.world_size
+        advice = advise(float(measured[0]), float(measured[1]), mtbf_h * 3600)
+        if auto:
+            self.checkpointer.micro_interval = advice.optimum_steps
+        if not self._advised:
+            self.console.print(advice.describe())
+        self.metrics.event("checkpoint_interval", self.state.step, **advice.as_event(),
+                           micro_interval=self.checkpointer.micro_interval)
+        self._advised = True
 
     def summary(self) -> str:
         cfg, n = self.cfg.train, count_params(self.model_args)["total"]

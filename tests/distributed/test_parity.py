@@ -3,8 +3,10 @@ processes (started by `bessemer train --nproc N`) and must match the single-proc
 session within relative 1e-5 at every step."""
 
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -68,11 +70,12 @@ def test_layout_matches_single_process_loss(name, reference, tmp_path):
 def _assert_same_parameters(single_run, sharded_run):
     """The 8-rank run's final sharded checkpoint, gathered into full tensors, equals the single-process weights."""
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 
-    ckpt = f"step_{STEPS:08d}"
-    full = torch.load(single_run / "checkpoints" / ckpt / "state.pt", weights_only=True)["model"]
+    ckpt = Path("checkpoints") / "macro" / f"step_{STEPS:08d}"
+    full = _load_state_dict_from_keys({"model"}, checkpoint_id=str(single_run / ckpt))["model"]
     gathered = {k: torch.empty_like(v) for k, v in full.items()}
-    dcp.load({"model": gathered}, checkpoint_id=str(sharded_run / "checkpoints" / ckpt))  # no process group
+    dcp.load({"model": gathered}, checkpoint_id=str(sharded_run / ckpt))  # no process group
     for k, v in full.items():
         torch.testing.assert_close(gathered[k], v, rtol=1e-5, atol=1e-5, msg=lambda m: f"{k}: {m}")
 
@@ -82,9 +85,9 @@ def test_resume_under_another_layout_continues_the_same_run(reference, tmp_path)
     """Save sharded checkpoints under FSDP (dp_shard 2), roll back to step 10, resume under tensor
     parallelism (tp 2): steps 11-20 still match the single-process run."""
     run = tmp_path / "R"
-    train(run, 2, ["--parallel.dp_shard=2", "--train.micro_batch=4", "--checkpoint.interval=10",
-                   "--checkpoint.keep=0"])
-    (run / "checkpoints" / "latest").write_text("step_00000010\n")
+    train(run, 2, ["--parallel.dp_shard=2", "--train.micro_batch=4", "--checkpoint.macro.interval=10",
+                   "--checkpoint.macro.keep=0", "--checkpoint.at_end=false"])
+    shutil.rmtree(run / "checkpoints" / "macro" / f"step_{STEPS:08d}")  # roll back to step 10
     resumed = train(run, 2, ["--parallel.tp=2", "--train.micro_batch=4", "--resume"])
     ref = reference[1]
     worst = max(abs(resumed[s] - ref[s]) / abs(ref[s]) for s in range(11, STEPS + 1))
@@ -111,7 +114,10 @@ def test_offload_and_checkpointing_under_fsdp_leave_the_losses_identical(tmp_pat
     base = ["--parallel.dp_shard=2", "--train.micro_batch=2"]
     plain = train(tmp_path / "plain", 2, base)
     for name, extra in {"offload_full": ["--precision.offload.mode=full"],
+                        "offload_partial": ["--precision.offload.mode=partial"],
                         "ac_full": ["--precision.activation_checkpoint.mode=full"],
                         "ac_ops": ["--precision.activation_checkpoint.mode=selective",
                                    "--precision.activation_checkpoint.save_ops=mm,sdpa"]}.items():
         assert train(tmp_path / name, 2, [*base, *extra]) == plain, name
+        _, events = read_metrics(tmp_path / name / "metrics.jsonl")
+        assert not [e for e in events if e["event"] == "alert"], name  # the end-of-run save worked too

@@ -17,20 +17,24 @@ def test_demo_end_to_end_small(tmp_path):
     the debug model on 2 processes (a 2-stage pipeline) instead of 8."""
     run = tmp_path / "demo"
     proc = demo("--run-dir", str(run), "--model.name=debug", "--train.steps=40", "--train.warmup=5",
-                "--checkpoint.interval=20", "--parallel.tp=1", "--parallel.dp_shard=1", "--train.micro_batch=4",
+                "--checkpoint.macro.interval=20", "--checkpoint.micro.interval=10", "--fault.kill_rank=1",
+                "--fault.kill_at_step=25", "--parallel.tp=1", "--parallel.dp_shard=1", "--train.micro_batch=4",
                 "--train.global_batch=8")
     assert proc.returncode == 0, proc.stderr
     assert f"report: {run / 'report' / 'index.html'}" in proc.stdout
     assert (run / "data" / "tokenizer" / "tokenizer.json").is_file()
     records, events = read_metrics(run / "metrics.jsonl")
     assert len(records) == 40 and records[-1]["loss"] < records[0]["loss"] - 1.0
-    assert {e["step"] for e in events if e["event"] == "checkpoint_saved"} == {20, 40}
+    assert {e["step"] for e in events if e["event"] == "checkpoint_saved"} == {10, 20, 30, 40}
+    restarts = [e for e in events if e["event"] == "restart"]
+    assert len(restarts) == 1 and restarts[0]["step"] == 20  # rank 1 died after step 25; resumed from step 20
     html = (run / "report" / "index.html").read_text()
+    assert "<h2>Recovery</h2>" in html and "automatic restarts" in html
     assert 'name = "debug"' in html and "loss.png" in html
     assert "world 2 = pp 2 x dp_replicate 1 x dp_shard 1 x tp 1" in html  # the layout is in the report
     # Running it again replaces the demo's own directory (here in one process).
     again = demo("--run-dir", str(run), "--model.name=debug", "--train.steps=2", "--parallel.pp=1",
-                 "--parallel.tp=1", "--parallel.dp_shard=1")
+                 "--parallel.tp=1", "--parallel.dp_shard=1", "--fault.kill_rank=-1")
     assert again.returncode == 0, again.stderr
 
 

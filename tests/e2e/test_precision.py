@@ -32,6 +32,7 @@ def alerts(events: list[dict], kind: str) -> list[dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_fp16_with_loss_scaling_tracks_fp32_on_the_tiny_model(tmp_path):
     fp32, _ = train(tmp_path / "fp32", *TINY)
     fp16, _ = train(tmp_path / "fp16", *TINY, "--precision.dtype=fp16")
@@ -43,6 +44,7 @@ def test_fp16_with_loss_scaling_tracks_fp32_on_the_tiny_model(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_fp8_emulation_tracks_bf16_on_the_tiny_model(tmp_path):
     bf16, _ = train(tmp_path / "bf16", *TINY, "--precision.dtype=bf16")
     fp8, _ = train(tmp_path / "fp8", *TINY, "--precision.dtype=bf16", "--precision.fp8.enabled=true",
@@ -122,12 +124,12 @@ def test_offload_and_activation_checkpointing_leave_the_losses_identical(name, f
 
 def test_fp16_run_resumes_with_its_loss_scale(tmp_path):
     flags = ["--train.steps=12", "--precision.dtype=fp16", "--precision.scaler.growth_interval=3",
-             "--checkpoint.interval=6", "--checkpoint.keep=0"]
+             "--checkpoint.macro.interval=6", "--checkpoint.macro.keep=0"]
     full, _ = train(tmp_path / "A", *flags)
     t = trainer(tmp_path / "B", *flags)
     for _ in range(6):
         t.train_step()
-    t.save()
+    t.save("macro")
     t.metrics.close()
     resumed = trainer(tmp_path / "B", *flags, resume=True)
     assert resumed.scaler.state_dict() == t.scaler.state_dict() and resumed.scaler.scale > 2 ** 16

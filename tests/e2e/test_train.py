@@ -68,13 +68,13 @@ def _wait_for(predicate, proc, timeout=120):
 def test_resume_after_kill9_gives_bitwise_the_same_losses(reference, tmp_path):
     run = tmp_path / "R"
     proc = subprocess.Popen([*BESSEMER, "train", "configs/debug.toml", "--train.steps=50", f"--run.dir={run}",
-                             "--checkpoint.interval=25"], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    latest = run / "checkpoints" / "latest"
+                             "--checkpoint.micro.interval=25"], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    latest = run / "checkpoints" / "micro" / "latest"
     _wait_for(lambda: latest.is_file() and "25" in latest.read_text(), proc)
     proc.kill()  # SIGKILL: no chance to save anything more
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    bessemer("train", "configs/debug.toml", "--train.steps=50", f"--run.dir={run}", "--checkpoint.interval=25",
+    bessemer("train", "configs/debug.toml", "--train.steps=50", f"--run.dir={run}", "--checkpoint.micro.interval=25",
              "--resume")
     resumed, ref = losses(run), losses(reference)
     assert [resumed[s] for s in range(26, 51)] == [ref[s] for s in range(26, 51)]
@@ -92,7 +92,7 @@ def test_ctrl_c_finishes_the_step_saves_and_exits_130(reference, tmp_path):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "state saved" in err
-    stopped = int((run / "checkpoints" / "latest").read_text().strip().removeprefix("step_"))
+    stopped = int((run / "checkpoints" / "macro" / "latest").read_text().strip().removeprefix("step_"))
     assert 5 <= stopped < 50 and max(losses(run)) == stopped  # the step in flight was finished and saved
     bessemer("train", "configs/debug.toml", "--train.steps=50", f"--run.dir={run}", "--resume")
     resumed, ref = losses(run), losses(reference)
@@ -120,7 +120,7 @@ def test_user_errors_are_one_line(args, message, tmp_path):
 
 def test_help_lists_sections_and_fields():
     out = bessemer("train", "--help").stdout
-    for text in ("[train]", "train.steps", "Optimizer steps", "[checkpoint]", "checkpoint.interval", "--resume"):
+    for text in ("[train]", "train.steps", "Optimizer steps", "[checkpoint.micro]", "checkpoint.micro.interval", "--resume"):
         assert text in out
 
 
@@ -181,14 +181,14 @@ def test_nproc_must_be_positive(tmp_path):
 
 
 def test_last_interval_checkpoint_without_at_end_and_resuming_a_finished_run(tmp_path):
-    args = ["configs/debug.toml", "--train.steps=10", f"--run.dir={tmp_path}", "--checkpoint.interval=5",
-            "--checkpoint.at_end=false", "--checkpoint.keep=0", "--metrics.tensorboard=false"]
+    args = ["configs/debug.toml", "--train.steps=10", f"--run.dir={tmp_path}", "--checkpoint.macro.interval=5",
+            "--checkpoint.at_end=false", "--checkpoint.macro.keep=0", "--metrics.tensorboard=false"]
     bessemer("train", *args)
-    ckpts = tmp_path / "checkpoints"
+    ckpts = tmp_path / "checkpoints" / "macro"
     assert sorted(p.name for p in ckpts.glob("step_*")) == ["step_00000005", "step_00000010"]
-    before = (ckpts / "step_00000010" / "state.pt").stat().st_mtime_ns
+    before = (ckpts / "step_00000010" / "manifest.json").stat().st_mtime_ns
     bessemer("train", *args[:-3], "--resume")  # nothing left to train: the checkpoint stays as it was
-    assert (ckpts / "step_00000010" / "state.pt").stat().st_mtime_ns == before
+    assert (ckpts / "step_00000010" / "manifest.json").stat().st_mtime_ns == before
     assert (ckpts / "latest").read_text().strip() == "step_00000010"
 
 
