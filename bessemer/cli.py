@@ -1,6 +1,7 @@
 """The `bessemer` command. Subcommands delegate to the packages; torch is imported only by those that train."""
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -160,5 +161,18 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _exit_rank(code: int) -> None:
+    """A rank under torchrun leaves without interpreter finalization once its work is done (process group
+    destroyed, files closed): gloo's worker threads can still hold tensors then, and tearing them down during
+    finalization aborts the process now and then (SIGABRT, "terminate called without an active exception"),
+    which would turn a finished run into a failed one."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        _exit_rank(status)
+    sys.exit(status)
