@@ -257,6 +257,11 @@ class PrecisionConfig:
                               "its own per-tensor scales, and fp16 loss scaling on top of them is not supported")
 
 
+def _check_tier(tier: str, interval: int, keep: int) -> None:
+    if interval < 0 or keep < 0:
+        raise ConfigError(f"checkpoint.{tier}.interval ({interval}) and .keep ({keep}) must be >= 0")
+
+
 @dataclass
 class MicroTierConfig:
     interval: int | Literal["auto"] = opt(0, "Steps between micro checkpoints (fast local disk); 0 = off; \"auto\" "
@@ -266,8 +271,7 @@ class MicroTierConfig:
     keep: int = opt(2, "How many micro checkpoints to keep; 0 = all.")
 
     def validate(self) -> None:
-        if self.interval != "auto" and self.interval < 0 or self.keep < 0:
-            raise ConfigError(f"checkpoint.micro.interval ({self.interval}) and .keep ({self.keep}) must be >= 0")
+        _check_tier("micro", 0 if self.interval == "auto" else self.interval, self.keep)
 
 
 @dataclass
@@ -278,8 +282,7 @@ class MacroTierConfig:
     keep: int = opt(2, "How many macro checkpoints to keep; 0 = all.")
 
     def validate(self) -> None:
-        if self.interval < 0 or self.keep < 0:
-            raise ConfigError(f"checkpoint.macro.interval ({self.interval}) and .keep ({self.keep}) must be >= 0")
+        _check_tier("macro", self.interval, self.keep)
 
 
 @dataclass
