@@ -469,9 +469,16 @@ def set_key(cfg: Any, key: str, value: Any, where: str, parse: bool = False) -> 
             if _is_section(f):
                 raise ConfigError(f"'{key}' is a section, not a key ({where}); set one of its keys, e.g. "
                                   f"{all_keys(_section_type(f), key + '.')[0]}")
-            if not parse and isinstance(value, str) and f.type is not str and typing.get_origin(f.type) is not Literal:
+            if not parse and isinstance(value, str) and not _takes_string(f.type):
                 raise ConfigError(f"{key}: expected {_type_name(f.type)}, got the string {value!r} ({where})")
             setattr(obj, part, coerce(value, f.type, key, where))
+
+
+def _takes_string(tp: Any) -> bool:
+    """Whether a TOML string is a valid value for the type: str, a Literal, or a union with either."""
+    if tp is str or typing.get_origin(tp) is Literal:
+        return True
+    return typing.get_origin(tp) in (types.UnionType, typing.Union) and any(map(_takes_string, typing.get_args(tp)))
 
 
 def _apply_table(cfg: Any, table: dict, prefix: str, where: str) -> None:
