@@ -109,6 +109,12 @@ def _cmd_plan(args: argparse.Namespace, overrides: list[str]) -> int:
     return run(args)
 
 
+def _cmd_doctor(args: argparse.Namespace, overrides: list[str]) -> int:
+    from bessemer.doctor.cli import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bessemer", description="LLM pretraining: data, training, checkpoints.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -138,13 +144,17 @@ def build_parser() -> argparse.ArgumentParser:
                                               "tier; the key comes from checkpoint.cold.key_env or key_file")
     restore.add_argument("run_dir")
     restore.add_argument("--step", type=int, default=None)
+    from bessemer.doctor.cli import add_parser as add_doctor_parser  # argparse only; the checks load when run
+
+    add_doctor_parser(sub)
     from bessemer.plan.cli import add_parser as add_plan_parser  # argparse only; the planner loads when run
 
     add_plan_parser(sub)
     return parser
 
 
-COMMANDS = {"train": _cmd_train, "demo": _cmd_demo, "report": _cmd_report, "ckpt": _cmd_ckpt, "plan": _cmd_plan}
+COMMANDS = {"train": _cmd_train, "demo": _cmd_demo, "report": _cmd_report, "ckpt": _cmd_ckpt,
+            "doctor": _cmd_doctor, "plan": _cmd_plan}
 TAKES_OVERRIDES = {"train", "demo"}
 
 

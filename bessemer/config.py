@@ -337,10 +337,17 @@ class FaultConfig:
                          "attempt, so an automatic restart (--max-restarts) recovers.")
     kill_at_step: int = opt(0, "The step after which kill_rank dies (during its save with kill_during_save).")
     kill_during_save: bool = opt(False, "Die halfway through the checkpoint save at kill_at_step instead.")
+    slow_rank: int = opt(-1, "Fault injection: this rank becomes a straggler, sleeping fault.slow_ms at the end of "
+                         "every step (-1 = off). In every attempt, restarts included: a slow node stays slow.")
+    slow_ms: float = opt(0.0, "Milliseconds slow_rank sleeps per step, after the step's last collective so that "
+                         "the delay is its own and the other ranks wait for it at the end-of-step exchange.")
 
     def validate(self) -> None:
         if self.kill_rank >= 0 and self.kill_at_step <= 0:
             raise ConfigError(f"fault.kill_rank = {self.kill_rank} needs fault.kill_at_step > 0")
+        if self.slow_rank < -1 or self.slow_ms < 0 or (self.slow_rank >= 0 and not self.slow_ms > 0):
+            raise ConfigError(f"fault.slow_rank ({self.slow_rank}) must be a rank or -1 (off), and a slow rank needs "
+                              f"fault.slow_ms > 0 (got {self.slow_ms})")
 
 
 @dataclass
@@ -351,12 +358,59 @@ class MetricsConfig:
     progress: bool = opt(True, "Show a progress bar (loss, tokens/s, ETA) when stderr is a terminal.")
     peak_tflops: float = opt(0.0, "Peak dense TFLOP/s of one device, the MFU denominator; 0 = auto (the catalog "
                              "value for a known GPU, a measured fp32 matmul rate on CPU).")
+    runtime_checks: bool = opt(False, "Before the first step, run the doctor's runtime checks over the job's mesh "
+                               "(bus bandwidth per dimension, RNG and initial-weight consistency, clock skew): "
+                               "`runtime_check` events, and an alert for each that warns or fails.")
+    prometheus_port: int = opt(0, "Serve Prometheus metrics (step, loss, tokens/s, MFU, per-rank step times, "
+                               "telemetry, alert counts) from rank 0 at http://prometheus_addr:PORT/metrics; 0 = off.")
+    prometheus_addr: str = opt("127.0.0.1", "Address the Prometheus endpoint binds; 0.0.0.0 exposes it to the "
+                               "network.")
+    telemetry_period_s: float = opt(5.0, "Seconds between hardware telemetry samples (NVML per GPU, psutil for the "
+                                    "host), taken by local rank 0 of each node and written to metrics.jsonl as "
+                                    "telemetry events; 0 = off.")
+    straggler_margin: float = opt(1.2, "A rank is slow on a step when its step time exceeds this multiple of the "
+                                  "median rank's; 0 = no straggler detection.")
+    straggler_window: int = opt(20, "Steps over which a rank must be slow on straggler_fraction of them to raise a "
+                                "straggler alert.")
+    straggler_fraction: float = opt(0.75, "Share of straggler_window's steps on which a rank must be slow.")
+    throttle_samples: int = opt(3, "Consecutive telemetry samples a busy GPU must run >10% below its maximum clock "
+                                "with a thermal or power reason before a throttle alert.")
+    throttle_peer_ratio: float = opt(0.9, "A busy GPU whose clock stays below this fraction of its peers' median for "
+                                     "2 x throttle_samples samples raises a throttle alert too.")
+    leak_window: int = opt(50, "Steps in the linear fit of each rank's memory (CUDA allocated, or the process's "
+                           "resident set on CPU) that detects a leak; 0 = no leak detection.")
+    leak_warmup: int = opt(20, "Steps after the start (or a restart) that the leak detector ignores.")
+    leak_min_mib: float = opt(64.0, "Least growth over leak_window steps, in MiB, that counts as a leak (and at "
+                              "least 1% of the memory in use).")
+    starved_fraction: float = opt(0.3, "Raise a dataloader_starved alert when waiting for batches takes more than "
+                                  "this share of the step time over starved_window steps; 0 = off.")
+    starved_window: int = opt(20, "Steps over which the data-wait share is measured.")
 
     def validate(self) -> None:
         if self.log_interval <= 0:
             raise ConfigError(f"metrics.log_interval must be > 0, got {self.log_interval}")
         if self.peak_tflops < 0:
             raise ConfigError(f"metrics.peak_tflops must be >= 0 (0 = auto), got {self.peak_tflops}")
+        if not 0 <= self.prometheus_port <= 65535:
+            raise ConfigError(f"metrics.prometheus_port must be a TCP port, 1..65535, or 0 (off), got "
+                              f"{self.prometheus_port}")
+        if self.telemetry_period_s < 0:
+            raise ConfigError(f"metrics.telemetry_period_s must be >= 0 (0 = off), got {self.telemetry_period_s}")
+        if self.straggler_margin != 0 and self.straggler_margin <= 1:
+            raise ConfigError(f"metrics.straggler_margin must be > 1 (a multiple of the median step time) or 0 "
+                              f"(off), got {self.straggler_margin}")
+        if not 0 < self.straggler_fraction <= 1:
+            raise ConfigError(f"metrics.straggler_fraction must be in (0, 1], got {self.straggler_fraction}")
+        if not 0 <= self.starved_fraction <= 1:
+            raise ConfigError(f"metrics.starved_fraction must be in [0, 1] (0 = off), got {self.starved_fraction}")
+        if not 0 < self.throttle_peer_ratio <= 1:
+            raise ConfigError(f"metrics.throttle_peer_ratio must be in (0, 1], got {self.throttle_peer_ratio}")
+        for key in ("straggler_window", "throttle_samples", "starved_window"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"metrics.{key} must be >= 1, got {getattr(self, key)}")
+        if self.leak_window != 0 and self.leak_window < 3 or self.leak_warmup < 0 or self.leak_min_mib < 0:
+            raise ConfigError(f"metrics.leak_window must be >= 3 or 0 (off) (got {self.leak_window}), leak_warmup "
+                              f"({self.leak_warmup}) and leak_min_mib ({self.leak_min_mib}) >= 0")
 
 
 @dataclass

@@ -57,6 +57,15 @@ def peak_memory_gib(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2 ** 30  # Linux reports KiB
 
 
+def memory_in_use_bytes(device: torch.device) -> int:
+    """Memory this process holds now, for the leak detector: CUDA allocated on a GPU, the resident set on CPU."""
+    if device.type == "cuda":
+        return torch.cuda.memory_allocated(device)
+    import psutil
+
+    return psutil.Process().memory_info().rss
+
+
 class MetricsLogger:
     """Appends JSON lines and TensorBoard scalars; only the rank that logs (rank 0) opens files."""
 
@@ -85,6 +94,17 @@ class MetricsLogger:
             for key, value in record.items():
                 if key != "step" and isinstance(value, (int, float)):
                     self._tb.add_scalar(f"train/{key}", value, record["step"])
+
+    def telemetry(self, step: int, sample: dict) -> None:
+        """A hardware telemetry sample: a `telemetry` event, and its numbers as TensorBoard scalars."""
+        if not self.enabled:
+            return
+        self._write({"event": "telemetry", "step": step, **sample})
+        if self._tb is not None:
+            from bessemer.doctor.telemetry import flat_scalars
+
+            for key, value in flat_scalars(sample).items():
+                self._tb.add_scalar(f"telemetry/{key}", value, step)
 
     def event(self, event: str, step: int, **fields) -> None:
         if self.enabled:

@@ -20,10 +20,11 @@ from bessemer.checkpoint.store import Checkpointer, ModelParts
 from bessemer.config import JobConfig, to_toml
 from bessemer.dataset.loader import TokenLoader
 from bessemer.dataset.shards import TokenDataset
+from bessemer.doctor.monitor import RANK_FIELDS, RunMonitor
 from bessemer.errors import BessemerError, TrainingInterrupted
 from bessemer.model.llama import build_model
 from bessemer.model.registry import count_params, flops_per_token, resolve_model_args
-from bessemer.train.metrics import Console, MetricsLogger, peak_memory_gib, peak_tflops
+from bessemer.train.metrics import Console, MetricsLogger, memory_in_use_bytes, peak_memory_gib, peak_tflops
 from bessemer.parallel.apply import build_model_parts, uses_fsdp
 from bessemer.parallel.dims import Launch, ParallelDims, build_mesh, init_distributed, restart_attempt
 from bessemer.parallel.layout import check_layout
@@ -126,9 +127,31 @@ class Trainer:
         self.peak_flops = tflops * 1e12 * self.launch.world_size  # MFU counts every device
         self.console = Console(cfg.metrics, cfg.train.steps, self.state.step, enabled=log and self.is_main)
         self.guards = Guards(cfg.precision.guards, self._alert, self.launch.distributed)
+        # Detectors on rank 0, telemetry on each node's local rank 0, the Prometheus endpoint on rank 0.
+        self.monitor = RunMonitor(cfg.metrics, self.launch.rank, self.launch.local_rank, self.launch.world_size,
+                                  alert=self._alert, telemetry=lambda s: self.metrics.telemetry(self.state.step, s),
+                                  enabled=log, memory="CUDA allocated memory" if self.device.type == "cuda"
+                                  else "resident memory")
+        self.sections: dict[str, float] = {}  # this rank's time per part of the last step (RANK_FIELDS)
+        if cfg.metrics.runtime_checks and self.launch.distributed:
+            self._runtime_checks()
         self._stop_signal: int | None = None
         self._step_s: float | None = None  # moving average of the step time (for the checkpoint interval)
         self._advised = False
+
+    def _runtime_checks(self) -> None:
+        """The doctor's runtime checks on this job's mesh (every rank takes part), leaving the RNG as it was."""
+        from bessemer.doctor.runtime import MESH_DIMS, run_runtime_checks
+
+        rng = RNGState()
+        saved = rng.state_dict()
+        spec = {name: getattr(self.cfg.parallel, name) for name in MESH_DIMS}
+        checks = run_runtime_checks(spec, sizes_mb=(1, 16), iters=3, seed=self.cfg.run.seed)
+        rng.load_state_dict(saved)
+        for c in checks:
+            self.metrics.event("runtime_check", self.state.step, id=c.id, status=c.status, evidence=c.evidence)
+            if c.status in ("warn", "fail"):
+                self._alert("runtime_check", f"{c.id} {c.status}: {c.evidence}", check=c.id, fix=c.fix)
 
     def _build_distributed(self) -> None:
         """Join the group, build the mesh and this rank's parts (and their pipeline schedule)."""
@@ -267,12 +290,17 @@ class Trainer:
         self.optimizers.zero_grad()
         self.guards.start_step(self.model_parts)
         loss_sum = torch.zeros((), device=self.device)
+        data_s, t0 = 0.0, time.perf_counter()
         for _ in range(self.loader.accum_steps):
-            inputs, targets = (t.to(self.device, non_blocking=True) for t in self.loader.next_batch())
+            t = time.perf_counter()
+            batch = self.loader.next_batch()
+            data_s += time.perf_counter() - t
+            inputs, targets = (t.to(self.device, non_blocking=True) for t in batch)
             loss = self.forward_backward(inputs, targets)
             if loss is not None:
                 loss_sum += loss
         loss = loss_sum / self.loader.accum_steps
+        t1 = time.perf_counter()
         params = self.optimizers.params
         if self.scaler.enabled:
             unscale_(params, 1.0 / self.scaler.scale)
@@ -285,13 +313,17 @@ class Trainer:
         if finite:
             self.optimizers.step()
         self.scaler.update(finite)
+        # Host wall times: on a GPU, kernels still queued when a section ends count in the next one.
+        self.sections = {"data_s": data_s, "forward_backward_s": t1 - t0 - data_s,
+                         "optimizer_s": time.perf_counter() - t1}
         self.lr_schedules.step()  # a skipped step still consumed its data and its place in the schedule
         self.state.step += 1
         self.state.tokens_seen += self.tokens_per_step
         if self.launch.distributed:
             holds = self.has_last and self.tp_rank == 0
             loss = global_loss(loss, holds, self.dims.dp)
-        out = {"loss": loss.item(), "grad_norm": grad_norm.item(), "lr": lr, "skipped": int(not finite)}
+        out = {"loss": loss.item(), "grad_norm": grad_norm.item(), "lr": lr, "skipped": int(not finite),
+               "data_wait_s": data_s}
         if self.scaler.enabled:
             out |= {"loss_scale": scale, "overflows": self.scaler.overflows}
         self.guards.check(self.state.step, out["loss"], out["grad_norm"], finite, self.scaler, self.model_parts)
@@ -300,26 +332,32 @@ class Trainer:
     def _alert(self, kind: str, message: str, **fields) -> None:
         self.metrics.event("alert", self.state.step, kind=kind, message=message, **fields)
         self.console.print(f"alert {kind} at step {self.state.step}: {message}")
+        self.monitor.count_alert(kind)
 
     def train(self) -> None:
         cfg = self.cfg
         self.console.print(self.summary())
         with self._stop_on_signals():
             try:
+                self.monitor.start()
                 while self.state.step < cfg.train.steps:
                     t0 = time.perf_counter()
                     out = self.train_step()
-                    dt = time.perf_counter() - t0
+                    self.fault.slow_step()
+                    ranks, stop = self._exchange(time.perf_counter() - t0)
+                    dt = max(r["step_time_s"] for r in ranks)  # the step takes as long as its slowest rank
                     self._step_s = dt if self._step_s is None else 0.9 * self._step_s + 0.1 * dt
                     tokens_per_s = self.tokens_per_step / dt
                     record = {"step": self.state.step, **out, "tokens_per_s": tokens_per_s,
                               "mfu": self.flops_per_token * tokens_per_s / self.peak_flops, "step_time_s": dt,
                               "tokens_seen": self.state.tokens_seen, "data_epoch": round(self.loader.epoch, 6),
                               "peak_mem_gib": round(peak_memory_gib(self.device), 4)}
+                    if self.launch.distributed:
+                        record["rank_step_time_s"] = [round(r["step_time_s"], 5) for r in ranks]
                     self.metrics.log(record)
                     self.console.update(record)
+                    self.monitor.after_step(self.state.step, record, ranks)
                     self._flush_cold_events()
-                    stop = self._agreed_stop()
                     if stop is not None:
                         self.save("macro")
                         self.checkpointer.finish()
@@ -338,16 +376,25 @@ class Trainer:
                     self.cold.wait()  # the last backup completes before the run reports done
             finally:
                 self._flush_cold_events()
+                self.monitor.close()
                 self.console.close()
                 self.metrics.close()
 
-    def _agreed_stop(self) -> int | None:
-        """The stop signal, agreed by every rank so that all of them save at the same step."""
+    def _exchange(self, step_time_s: float) -> tuple[list[dict[str, float]], int | None]:
+        """Every rank's numbers for this step (RANK_FIELDS: its own step time measured up to here, its sections,
+        its memory) and the stop signal, agreed by every rank so that all of them save at the same step: one
+        all_gather of a few floats per step. A rank's step time runs from the start of its step to its arrival
+        here; the previous exchange lined the ranks up, so a rank that arrives late has the longest time."""
+        local = [step_time_s, *(self.sections.get(k, 0.0) for k in RANK_FIELDS[1:-1]),
+                 float(memory_in_use_bytes(self.device)), float(self._stop_signal or 0)]
         if not self.launch.distributed:
-            return self._stop_signal
-        flag = torch.tensor(self._stop_signal or 0, device=self.device)
-        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
-        return int(flag) or None
+            return [dict(zip(RANK_FIELDS, local))], self._stop_signal
+        mine = torch.tensor(local, dtype=torch.float64, device=self.device)
+        rows = [torch.empty_like(mine) for _ in range(self.launch.world_size)]
+        torch.distributed.all_gather(rows, mine)
+        rows = torch.stack(rows).tolist()
+        stop = int(max(row[-1] for row in rows))
+        return [dict(zip(RANK_FIELDS, row)) for row in rows], stop or None
 
     def close(self) -> None:
         if self.launch.distributed and torch.distributed.is_initialized():
