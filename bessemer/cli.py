@@ -109,6 +109,12 @@ def _cmd_plan(args: argparse.Namespace, overrides: list[str]) -> int:
     return run(args)
 
 
+def _cmd_tokenizer(args: argparse.Namespace, overrides: list[str]) -> int:
+    from bessemer.tokenizer.cli import run
+
+    return run(args)
+
+
 def _cmd_doctor(args: argparse.Namespace, overrides: list[str]) -> int:
     from bessemer.doctor.cli import run
 
@@ -150,11 +156,14 @@ def build_parser() -> argparse.ArgumentParser:
     from bessemer.plan.cli import add_parser as add_plan_parser  # argparse only; the planner loads when run
 
     add_plan_parser(sub)
+    from bessemer.tokenizer.cli import add_parser as add_tokenizer_parser  # argparse only; tokenizers loads when run
+
+    add_tokenizer_parser(sub)
     return parser
 
 
 COMMANDS = {"train": _cmd_train, "demo": _cmd_demo, "report": _cmd_report, "ckpt": _cmd_ckpt,
-            "doctor": _cmd_doctor, "plan": _cmd_plan}
+            "doctor": _cmd_doctor, "plan": _cmd_plan, "tokenizer": _cmd_tokenizer}
 TAKES_OVERRIDES = {"train", "demo"}
 
 

@@ -57,6 +57,81 @@ class ModelConfig:
 class DataConfig:
     path: str = opt("data/debug", "Directory of token shards (index.json + shard_*.bin), relative paths from the "
                     "current directory.")
+    paths: list[str] = opt([], "More token shard directories whose documents join the mixture's per-domain pools "
+                           "(same vocabulary and EOS as data.path); needs data.domains.")
+    domains: dict[str, float] = opt({}, "Domain mixture: domain name -> weight (TOML table [data.domains], or "
+                                    "--data.domains=web:0.45,code:0.3); weights >= 0, normalized to sum 1. Every "
+                                    "global batch holds each domain's share of sequences within data.tolerance. "
+                                    "Empty = no mixture: the shards are read in order as one stream.")
+    weight_schedule: list[str] = opt([], "Mixture weights over time: entries \"STEP: name=w, name=w\" that replace "
+                                     "the weights once STEP optimizer steps are done (the record of step STEP+1 is "
+                                     "the first trained on them); domains an entry leaves out get weight 0.")
+    reweight: Literal["none", "loss"] = opt("none", "Online reweighting. loss: after every step each domain's "
+                                            "weight is multiplied by exp(reweight_eta x (its mean loss - the mean "
+                                            "over domains)), floored at reweight_min and renormalized "
+                                            "(exponentiated gradient, as in DoReMi); not with parallel.pp > 1.")
+    reweight_eta: float = opt(0.01, "reweight = loss: step size, per nat of loss above the domains' mean, per step.")
+    reweight_min: float = opt(0.01, "reweight = loss: the least weight a domain with a positive weight keeps.")
+    tolerance: float = opt(0.02, "Most a domain's share of a global batch's tokens may differ from its weight "
+                           "(0.02 = 2 percentage points); checked against train.global_batch at start.")
+
+    def validate(self) -> None:
+        from bessemer.dataset.composition import parse_schedule
+
+        if self.paths and not self.domains:
+            raise ConfigError("data.paths joins shard directories into a domain mixture: set data.domains too")
+        for name, weight in self.domains.items():
+            if not (weight >= 0 and math.isfinite(weight)):
+                raise ConfigError(f"data.domains.{name}: a weight must be a number >= 0, got {weight}")
+        if self.domains and not sum(self.domains.values()) > 0:
+            raise ConfigError(f"data.domains: the weights must not all be 0 ({_weights_text(self.domains)})")
+        if not self.domains:
+            for key, unset in (("weight_schedule", not self.weight_schedule), ("reweight", self.reweight == "none")):
+                if not unset:
+                    raise ConfigError(f"data.{key} changes a domain mixture: set data.domains too")
+        parse_schedule(self.weight_schedule, list(self.domains))
+        if not 0 < self.tolerance < 1:
+            raise ConfigError(f"data.tolerance must be in (0, 1) (a share of the batch), got {self.tolerance}")
+        if not (self.reweight_eta > 0 and math.isfinite(self.reweight_eta)):
+            raise ConfigError(f"data.reweight_eta must be a positive number, got {self.reweight_eta}")
+        active = sum(w > 0 for w in self.domains.values())
+        if not 0 <= self.reweight_min * max(active, 1) <= 1:
+            raise ConfigError(f"data.reweight_min ({self.reweight_min}) must be >= 0 and at most 1 / the number of "
+                              f"domains with a positive weight ({active})")
+
+    def check_batch(self, global_batch: int) -> None:
+        """Whether a batch of `global_batch` sequences can hold every domain within data.tolerance of its weight:
+        each domain gets the floor or the ceiling of global_batch x weight sequences (dataset/composition.py)."""
+        from bessemer.dataset.composition import max_deviation, parse_schedule
+
+        if not self.domains:
+            return
+        always = math.ceil(1 / self.tolerance - 1e-9)  # a batch this large meets the tolerance for any weights
+        if self.reweight == "loss" and global_batch < always:
+            raise ConfigError(f"data.tolerance {self.tolerance} with data.reweight = loss (weights that can take "
+                              f"any value) needs train.global_batch >= 1 / tolerance = {always} sequences, got "
+                              f"{global_batch}: raise train.global_batch or data.tolerance to {1 / global_batch:.4g}")
+        sets = [("data.domains", self.domains)] + [(f"data.weight_schedule step {step}", w) for step, w in
+                                                   parse_schedule(self.weight_schedule, list(self.domains))]
+        for where, weights in sets:
+            worst, name = max_deviation(weights, global_batch)
+            if worst > self.tolerance + 1e-9:
+                needed = math.ceil(worst * 1e4 - 1e-6) / 1e4
+                raise ConfigError(
+                    f"data.tolerance {self.tolerance} cannot be met with train.global_batch {global_batch}: a "
+                    f"domain's share moves in steps of 1/{global_batch}, and {where} gives {name} "
+                    f"{global_batch * _normalized(weights)[name]:.3g} sequences of {global_batch}, {worst:.4g} "
+                    f"off its weight in some batches; raise data.tolerance to {needed:g} or "
+                    f"train.global_batch (any batch of {always} or more sequences meets it)")
+
+
+def _normalized(weights: dict[str, float]) -> dict[str, float]:
+    total = sum(weights.values())
+    return {k: v / total for k, v in weights.items()}
+
+
+def _weights_text(weights: dict[str, float]) -> str:
+    return ", ".join(f"{k}={v:g}" for k, v in weights.items())
 
 
 @dataclass
@@ -417,7 +492,7 @@ class MetricsConfig:
 class JobConfig:
     run: RunConfig = section(RunConfig, "Where outputs go and the seed.")
     model: ModelConfig = section(ModelConfig, "Which model to build.")
-    data: DataConfig = section(DataConfig, "Where the token shards are.")
+    data: DataConfig = section(DataConfig, "Where the token shards are, and the domain mixture.")
     train: TrainConfig = section(TrainConfig, "Steps, batch, sequence length, optimizer and schedule.")
     parallel: ParallelConfig = section(ParallelConfig, "How the model and batch are split over ranks (3D).")
     precision: PrecisionConfig = section(PrecisionConfig, "Numeric formats.")
@@ -431,6 +506,10 @@ class JobConfig:
             sub = getattr(self, f.name)
             if hasattr(sub, "validate"):
                 sub.validate()
+        self.data.check_batch(self.train.global_batch)
+        if self.data.reweight == "loss" and self.parallel.pp > 1:
+            raise ConfigError("data.reweight = loss needs per-domain losses, which pipeline parallelism "
+                              "(parallel.pp > 1) does not compute; use data.reweight = none there")
         if self.parallel.tp > 1 and uses_fp8(self.precision.fp8.enabled, parse_rules(self.precision.rules)):
             raise ConfigError("precision.fp8 with parallel.tp > 1 is not supported yet: tensor-parallel FP8 needs "
                               "torchao's Float8 parallel styles; use FSDP and pipeline parallelism with FP8")
@@ -535,10 +614,25 @@ def _takes_string(tp: Any) -> bool:
     return typing.get_origin(tp) in (types.UnionType, typing.Union) and any(map(_takes_string, typing.get_args(tp)))
 
 
+def _field_at(cfg: Any, key: str) -> dataclasses.Field | None:
+    """The field a dotted key names, or None when there is none."""
+    obj, f = cfg, None
+    for part in key.split("."):
+        if f is not None:
+            if not _is_section(f):
+                return None
+            obj = getattr(obj, f.name)
+        f = next((f for f in dataclasses.fields(obj) if f.name == part), None)
+        if f is None:
+            return None
+    return f
+
+
 def _apply_table(cfg: Any, table: dict, prefix: str, where: str) -> None:
     for name, value in table.items():
         key = prefix + name
-        if isinstance(value, dict):
+        f = _field_at(cfg, key)
+        if isinstance(value, dict) and not (f is not None and typing.get_origin(f.type) is dict):
             _apply_table(cfg, value, key + ".", where)
         else:
             set_key(cfg, key, value, where)
@@ -576,6 +670,15 @@ def coerce(value: Any, tp: Any, key: str, where: str) -> Any:
         if not isinstance(value, list):
             raise bad("a list")
         return [coerce(v.strip() if isinstance(v, str) else v, item_tp, key, where) for v in value]
+    if origin is dict:
+        key_tp, value_tp = typing.get_args(tp)
+        assert key_tp is str, f"config tables are keyed by strings, not {key_tp!r} ({key})"
+        if isinstance(value, str):
+            value = _parse_table(value, key, where)
+        if not isinstance(value, dict):
+            raise bad("a table of name = value")
+        return {str(k).strip(): coerce(v.strip() if isinstance(v, str) else v, value_tp, f"{key}.{k}", where)
+                for k, v in value.items()}
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -622,6 +725,24 @@ def _parse_list(text: str, key: str, where: str) -> list:
     return [v for v in text.strip().strip("[]").split(",") if v.strip()]
 
 
+def _parse_table(text: str, key: str, where: str) -> dict:
+    """A command-line table: `web:0.45,code:0.3` (or `web=0.45,...`), or a TOML inline table `{web = 0.45}`;
+    empty text is the empty table."""
+    if text.lstrip().startswith("{"):
+        try:
+            return tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{key}: {text!r} is not a TOML inline table ({e}) ({where})") from None
+    out = {}
+    for item in filter(str.strip, text.split(",")):
+        name, sep, value = item.replace("=", ":", 1).partition(":")
+        if not sep or not name.strip():
+            raise ConfigError(f"{key}: expected name:value items separated by commas (web:0.45,code:0.3), got "
+                              f"{item.strip()!r} ({where})")
+        out[name.strip()] = value
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- writing
 
 def _toml_value(v: Any) -> str:
@@ -633,7 +754,13 @@ def _toml_value(v: Any) -> str:
         return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
     if isinstance(v, list):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):  # an inline table; keys quoted unless bare
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
     raise AssertionError(f"cannot write {v!r} as TOML")
+
+
+def _toml_key(k: str) -> str:
+    return k if k and all(c.isascii() and (c.isalnum() or c in "_-") for c in k) else _toml_value(k)
 
 
 def to_toml(cfg: Any, prefix: str = "") -> str:
@@ -676,4 +803,6 @@ def _type_name(tp: Any) -> str:
         return " | ".join(_type_name(a) for a in typing.get_args(tp))
     if typing.get_origin(tp) is list:
         return f"list of {_type_name(typing.get_args(tp)[0])}"
+    if typing.get_origin(tp) is dict:
+        return f"table of {' to '.join(map(_type_name, typing.get_args(tp)))}"
     return getattr(tp, "__name__", str(tp))

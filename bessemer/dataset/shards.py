@@ -65,6 +65,16 @@ class ShardWriter:
     def num_docs(self) -> int:
         return sum(s["docs"] for s in self.shards) + len(self._lengths)
 
+    def resume(self, domains: list[str], shards: list[dict]) -> None:
+        """Continue a dataset whose first shards (as its index lists them) are already on disk: new documents go
+        into the shards after them and the existing domain labels keep their numbers."""
+        assert not self.shards and not self._lengths, "resume() must come before add()"
+        self.domains, self.shards = list(domains), [dict(s) for s in shards]
+
+    def flush(self) -> None:
+        """Write the documents added so far as a shard now rather than at the next roll or at close()."""
+        self._flush()
+
     def _flush(self) -> None:
         if not self._lengths:
             return
@@ -96,6 +106,18 @@ def _atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def read_versioned_json(path: Path, fmt: str, hint: str = "") -> dict:
+    """A JSON file whose "format" must be `fmt`; a clear error (plus `hint`) when it is not."""
+    try:
+        obj = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise BessemerError(f"{path}: not valid JSON ({e}){hint}") from None
+    if not isinstance(obj, dict) or obj.get("format") != fmt:
+        found = obj.get("format") if isinstance(obj, dict) else type(obj).__name__
+        raise BessemerError(f"{path}: format {found!r}, expected {fmt!r}{hint}")
+    return obj
+
+
 @dataclass
 class Shard:
     name: str
@@ -123,12 +145,7 @@ class TokenDataset:
         if not index_path.is_file():
             raise BessemerError(f"no token shards at {self.path} (missing {INDEX}); write them with the tokenizer "
                                 f"encoder or `bessemer demo`")
-        try:
-            index = json.loads(index_path.read_text())
-        except json.JSONDecodeError as e:
-            raise BessemerError(f"{index_path}: not valid JSON: {e}") from None
-        if index.get("format") != FORMAT:
-            raise BessemerError(f"{index_path}: format {index.get('format')!r}, expected {FORMAT!r}")
+        index = read_versioned_json(index_path, FORMAT)
         self.vocab_size: int = index["vocab_size"]
         self.eos_id: int = index["eos_id"]
         self.domains: list[str] = index["domains"]

@@ -84,10 +84,13 @@ def build_token_data(out_dir: str | Path, vocab_size: int, code_bytes: int = 2_0
     """
     import random
 
-    from bessemer.tokenizer.bpe import encode_to_shards, train_bpe
+    from bessemer.tokenizer.bpe import encode_to_shards
+    from bessemer.tokenizer.train import train_tokenizer
 
     out_dir = Path(out_dir)
     docs = build_corpus(out_dir / "corpus.jsonl", code_bytes, prose_bytes)
-    tokenizer = train_bpe((d["text"] for d in docs), vocab_size, out_dir / "tokenizer")
+    # The domain-aware byte-level BPE (tokenizer/pretok.py), with a tag token per domain.
+    tokenizer = train_tokenizer(((d["text"], d["metadata"]["domain"]) for d in docs), vocab_size,
+                                out_dir / "tokenizer", kind="bpe")
     random.Random(seed).shuffle(docs)
     return encode_to_shards(tokenizer, ((d["text"], d["metadata"]["domain"]) for d in docs), out_dir / "shards")

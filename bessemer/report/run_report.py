@@ -76,6 +76,53 @@ def summarize(records: list[dict]) -> dict:
     }
 
 
+def mixture_summary(records: list[dict]) -> list[dict]:
+    """Per domain: target weight (mean over steps), achieved mean token share, its min and max over batches,
+    the largest per-batch |share - weight|, and passes over the domain's data at the end (>1: upsampled)."""
+    mixed = [r for r in records if "domain_tokens_share" in r]
+    if not mixed:
+        return []
+    rows = []
+    for name in mixed[-1]["domain_tokens_share"]:
+        shares = [r["domain_tokens_share"].get(name, 0.0) for r in mixed]
+        weights = [r.get("domain_weights", {}).get(name, 0.0) for r in mixed]
+        rows.append({"domain": name, "weight": statistics.fmean(weights), "mean_share": statistics.fmean(shares),
+                     "min_share": min(shares), "max_share": max(shares),
+                     "max_error": max(abs(s - w) for s, w in zip(shares, weights)),
+                     "epochs": mixed[-1].get("domain_epochs", {}).get(name)})
+    return rows
+
+
+def _mixture_section(records: list[dict], out: Path) -> str:
+    """The "Data mixture" section (and its plots) when the run trained on a domain mixture."""
+    rows = mixture_summary(records)
+    if not rows:
+        return ""
+    mixed = [r for r in records if "domain_tokens_share" in r]
+    steps = [r["step"] for r in mixed]
+    names = [row["domain"] for row in rows]
+    _plot(out / "mixture.png", steps, {n: [r["domain_tokens_share"].get(n, 0.0) for r in mixed] for n in names},
+          "share of the batch's tokens", "token share per domain (per batch)")
+    cells = [[html.escape(r["domain"]), *(f"{r[k]:.4f}" for k in ("weight", "mean_share", "min_share", "max_share",
+                                                               "max_error")),
+              "" if r["epochs"] is None else f"{r['epochs']:.2f}"] for r in rows]
+    table = "\n".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in cells)
+    with_loss = [r for r in mixed if r.get("domain_loss")]
+    if with_loss:
+        _plot(out / "domain_loss.png", [r["step"] for r in with_loss],
+              {n: [r["domain_loss"].get(n, float("nan")) for r in with_loss] for n in names},
+              "cross-entropy (nats/token)", "loss per domain")
+        loss_plot = '<img src="domain_loss.png" alt="loss per domain per step">'
+    else:
+        loss_plot = "<p>No per-domain loss (not computed under pipeline parallelism).</p>"
+    return (f"<h2>Data mixture</h2><p>Each global batch's share of tokens per domain against its target weight "
+            f"(the mean of the weights over the steps, which a schedule or reweighting may change). Passes over a "
+            f"domain's data above 1 mean it was exhausted and upsampled.</p>"
+            f"<table><tr><th>domain</th><th>target weight</th><th>mean share</th><th>min share</th>"
+            f"<th>max share</th><th>max |share - weight|</th><th>passes over its data</th></tr>{table}</table>"
+            f'<img src="mixture.png" alt="token share per domain per step">{loss_plot}')
+
+
 def build_report(run_dir: str | Path) -> Path:
     """Write <run_dir>/report/index.html (+ loss.png, throughput.png); returns the HTML path."""
     run_dir = Path(run_dir)
@@ -138,6 +185,7 @@ pre{{background:#f4f4f4;padding:1em}}</style></head><body>
 {alert_section}
 <h2>Loss</h2><img src="loss.png" alt="training loss per step">
 <h2>Throughput</h2><img src="throughput.png" alt="tokens per second per step">
+{_mixture_section(records, out)}
 <h2>Resolved config</h2><pre>{html.escape(config, quote=False)}</pre>
 </body></html>
 """

@@ -1,48 +1,24 @@
 """Byte-level BPE with HF tokenizers, and encoding documents into token shards. No torch.
 
 Byte-level means every string is representable (no unknown token): text is mapped to its UTF-8 bytes
-first, and merges are learned on top. The tokenizer is saved as tokenizer.json, which
-`tokenizers.Tokenizer.from_file` and transformers' PreTrainedTokenizerFast both load.
+first, and merges are learned on top. Pre-tokenization is the domain-aware split of pretok.py, stored in
+tokenizer.json, which `tokenizers.Tokenizer.from_file` and transformers' PreTrainedTokenizerFast both load.
+The `bessemer tokenizer` commands (train.py, encode.py, stats.py) are the full interface; these functions
+are the small one the demo uses.
 """
 
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from bessemer.dataset.shards import ShardWriter
-
-BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
-SPECIAL_TOKENS = [BOS, EOS, PAD]
-TOKENIZER_FILE = "tokenizer.json"
-
-
-def _tokenizers():
-    try:
-        import tokenizers
-    except ImportError:
-        raise ImportError("tokenizer training needs HF tokenizers: pip install tokenizers") from None
-    return tokenizers
+from bessemer.tokenizer.common import BOS, EOS, PAD, SPECIAL_TOKENS, TOKENIZER_FILE, load_tokenizer  # noqa: F401
 
 
 def train_bpe(texts: Iterable[str], vocab_size: int, out_dir: str | Path) -> Path:
     """Learn a byte-level BPE vocabulary of `vocab_size` entries (specials included); returns tokenizer.json."""
-    tk = _tokenizers()
-    tokenizer = tk.Tokenizer(tk.models.BPE())
-    tokenizer.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = tk.decoders.ByteLevel()
-    trainer = tk.trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
-                                     initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet())
-    tokenizer.train_from_iterator(texts, trainer)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(str(out / TOKENIZER_FILE))
-    return out / TOKENIZER_FILE
+    from bessemer.tokenizer.train import train_tokenizer
 
-
-def load_tokenizer(path: str | Path):
-    path = Path(path)
-    if path.is_dir():
-        path = path / TOKENIZER_FILE
-    return _tokenizers().Tokenizer.from_file(str(path))
+    return train_tokenizer(((t, None) for t in texts), vocab_size, out_dir, kind="bpe")
 
 
 def _batches(docs: Iterable[tuple[str, str]], size: int) -> Iterator[list[tuple[str, str]]]:

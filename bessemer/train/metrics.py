@@ -94,6 +94,10 @@ class MetricsLogger:
             for key, value in record.items():
                 if key != "step" and isinstance(value, (int, float)):
                     self._tb.add_scalar(f"train/{key}", value, record["step"])
+                elif isinstance(value, dict):  # per-domain numbers: one scalar per domain
+                    for name, v in value.items():
+                        if isinstance(v, (int, float)):
+                            self._tb.add_scalar(f"train/{key}/{name}", v, record["step"])
 
     def telemetry(self, step: int, sample: dict) -> None:
         """A hardware telemetry sample: a `telemetry` event, and its numbers as TensorBoard scalars."""

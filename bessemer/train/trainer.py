@@ -18,7 +18,7 @@ from bessemer.checkpoint.interval import advise
 from bessemer.checkpoint.paths import check_resume, redact_url, tier_dirs
 from bessemer.checkpoint.store import Checkpointer, ModelParts
 from bessemer.config import JobConfig, to_toml
-from bessemer.dataset.loader import TokenLoader
+from bessemer.dataset.mixture import DomainLosses, MixtureLoader, build_loader
 from bessemer.dataset.shards import TokenDataset
 from bessemer.doctor.monitor import RANK_FIELDS, RunMonitor
 from bessemer.errors import BessemerError, TrainingInterrupted
@@ -82,8 +82,9 @@ class Trainer:
             self.has_first = any(s.is_first for s in self.pp_stages)
             self.has_last = any(s.is_last for s in self.pp_stages)
         dp_rank = self.dp_mesh.get_local_rank() if self.mesh is not None else 0
-        self.loader = TokenLoader(self.dataset, cfg.train.seq_len, cfg.train.global_batch, cfg.train.micro_batch,
-                                  dp_rank=dp_rank, dp_world=self.dims.dp)
+        self.loader = build_loader(cfg.data, self.dataset, cfg.train.seq_len, cfg.train.global_batch,
+                                   cfg.train.micro_batch, dp_rank=dp_rank, dp_world=self.dims.dp, seed=cfg.run.seed)
+        self.mixture = isinstance(self.loader, MixtureLoader)
         self.optimizers = Optimizers(self.model_parts, cfg.train, host_offload_fraction(cfg.precision, self.sharded))
         self.lr_schedules = LRSchedules(self.optimizers, cfg.train)
         self.scaler = LossScaler(cfg.precision.scaler, enabled=cfg.precision.dtype == "fp16")
@@ -263,8 +264,16 @@ class Trainer:
         # by the previous train.micro_batch.)
         return self.loss_fn(logits, targets) * (self.scaler.scale / (self.loader.accum_steps * self.pp_microbatches))
 
-    def forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor | None:
-        """Forward and backward of one micro-batch; returns its mean loss where this rank computes it."""
+    @staticmethod
+    def sample_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Each sample's mean loss over its tokens, (B,); their mean is loss_fn's."""
+        per_token = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1), reduction="none")
+        return per_token.view(targets.shape).mean(dim=1)
+
+    def forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor,
+                         domain_losses: DomainLosses | None = None) -> torch.Tensor | None:
+        """Forward and backward of one micro-batch; returns its mean loss where this rank computes it. With
+        `domain_losses` (a mixture, without pipeline parallelism) each sample's loss is added to its domain's."""
         accum = self.loader.accum_steps
         with self.loss_context():
             if self.pp_schedule is not None:
@@ -275,7 +284,14 @@ class Trainer:
                 return torch.stack(losses).sum().detach() * accum / self.scaler.scale if self.has_last else None
             with self.compute():
                 logits = self.model_parts[0](inputs)  # (B, T, vocab)
-                loss = self.loss_fn(logits, targets)
+                if domain_losses is None:
+                    loss = self.loss_fn(logits, targets)
+                else:
+                    per_sample = self.sample_losses(logits, targets)  # (B,)
+                    loss = per_sample.mean()
+                    per_sample = per_sample.detach()
+                    domain_losses.add(per_sample.full_tensor() if isinstance(per_sample, DTensor) else per_sample,
+                                      self.loader.last_domains)
                 # Each micro-batch's mean loss is scaled so the summed gradients equal the global batch's mean
                 # (and, in fp16, multiplied by the loss scale).
                 (loss * (self.scaler.scale / accum)).backward()
@@ -290,13 +306,15 @@ class Trainer:
         self.optimizers.zero_grad()
         self.guards.start_step(self.model_parts)
         loss_sum = torch.zeros((), device=self.device)
+        # Per-domain losses need each sample's loss; pipeline schedules only return micro-batch means.
+        domain_losses = DomainLosses(self.loader.domains, self.device) if self.mixture and self.dims.pp == 1 else None
         data_s, t0 = 0.0, time.perf_counter()
         for _ in range(self.loader.accum_steps):
             t = time.perf_counter()
             batch = self.loader.next_batch()
             data_s += time.perf_counter() - t
             inputs, targets = (t.to(self.device, non_blocking=True) for t in batch)
-            loss = self.forward_backward(inputs, targets)
+            loss = self.forward_backward(inputs, targets, domain_losses)
             if loss is not None:
                 loss_sum += loss
         loss = loss_sum / self.loader.accum_steps
@@ -324,6 +342,12 @@ class Trainer:
             loss = global_loss(loss, holds, self.dims.dp)
         out = {"loss": loss.item(), "grad_norm": grad_norm.item(), "lr": lr, "skipped": int(not finite),
                "data_wait_s": data_s}
+        if self.mixture:
+            out |= self.loader.step_metrics()  # token share, weights, epochs per domain of this step
+        if domain_losses is not None:
+            holds = not self.launch.distributed or self.tp_rank == 0
+            out["domain_loss"] = domain_losses.reduce(holds, self.launch.distributed)
+            self.loader.update_losses(out["domain_loss"])  # identical on every rank: the next step's weights
         if self.scaler.enabled:
             out |= {"loss_scale": scale, "overflows": self.scaler.overflows}
         self.guards.check(self.state.step, out["loss"], out["grad_norm"], finite, self.scaler, self.model_parts)

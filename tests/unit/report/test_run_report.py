@@ -30,3 +30,19 @@ def test_report_from_metrics(tmp_path):
 def test_report_without_metrics(tmp_path):
     with pytest.raises(BessemerError, match="no metrics.jsonl"):
         build_report(tmp_path)
+
+
+def test_report_shows_the_data_mixture(tmp_path):
+    shares = [{"web": 0.5, "zh": 0.5}, {"web": 0.75, "zh": 0.25}]
+    lines = [{"step": s, "loss": 3.0, "lr": 1e-3, "grad_norm": 1.0, "tokens_per_s": 10.0, "mfu": 0.1,
+              "step_time_s": 0.5, "domain_tokens_share": shares[s % 2], "domain_weights": {"web": 0.6, "zh": 0.4},
+              "domain_epochs": {"web": 0.1 * s, "zh": 0.5 * s}, "domain_loss": {"web": 2.0, "zh": 4.0}}
+             for s in range(1, 11)]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    html = build_report(tmp_path).read_text()
+    assert "<h2>Data mixture</h2>" in html
+    # web: weight 0.6, mean share 0.625, min 0.5, max 0.75, worst batch 0.15 off, 1 pass over its data
+    row = ["web", "0.6000", "0.6250", "0.5000", "0.7500", "0.1500", "1.00"]
+    assert "".join(f"<td>{c}</td>" for c in row) in html
+    for png in ("mixture.png", "domain_loss.png"):
+        assert (tmp_path / "report" / png).read_bytes()[:4] == b"\x89PNG"

@@ -1,0 +1,130 @@
+"""`bessemer tokenizer train|encode|stats`. No torch; tokenizers and jieba load only when a command runs."""
+
+import argparse
+import json
+import os
+import sys
+
+from bessemer.errors import BessemerError
+
+KINDS = ("bpe", "sentencepiece")  # common.KINDS; repeated so that building the parser imports nothing
+
+
+def _count(text: str) -> int:
+    """1024, 32k, 64M."""
+    t = text.strip().lower()
+    scale = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(t[-1:], 1)
+    digits = t[:-1] if scale > 1 else t
+    if not digits.isdigit() or int(digits) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1 such as 32000 or 64M, got {text!r}")
+    return int(digits) * scale
+
+
+def _fields(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--text-field", default="text", help="JSON field with the text (dotted path; default text)")
+    p.add_argument("--domain-field", default="metadata.domain",
+                   help="JSON field with the document's domain (dotted path; default metadata.domain)")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tokenizer", help="train a domain-aware tokenizer, encode documents to token shards, "
+                                         "measure compression per domain",
+                       description="Inputs (CLEAN) are .jsonl, .jsonl.gz, .jsonl.zst or .txt files, or directories "
+                                   "of them. See docs/tokenizer.md.")
+    actions = p.add_subparsers(dest="tokenizer_command", required=True, metavar="ACTION")
+
+    t = actions.add_parser("train", help="learn a byte-level BPE (or Unigram) vocabulary; writes DIR/tokenizer.json",
+                           description="Stream the documents once and learn the vocabulary. Pre-tokenization keeps "
+                                       "code whitespace, symbols, numerals and 第/条-style ordinals apart "
+                                       "(docs/tokenizer.md).")
+    t.add_argument("--input", required=True, action="append", metavar="CLEAN", help="repeatable")
+    t.add_argument("--vocab-size", required=True, type=_count, metavar="N", help="entries, special tokens included")
+    t.add_argument("--output", required=True, metavar="DIR")
+    t.add_argument("--kind", choices=KINDS, default="bpe",
+                   help="bpe: byte-level BPE (default); sentencepiece: Unigram + Metaspace with byte fallback")
+    t.add_argument("--jieba", action="store_true",
+                   help="learn merges only inside jieba words of Chinese text (training only; see docs)")
+    t.add_argument("--domains", default="", metavar="A,B,C",
+                   help="domain tags to reserve (<|domain:A|>); domains found in the input are added too")
+    _fields(t)
+
+    e = actions.add_parser("encode", help="documents -> token shards (parallel, resumable, appendable)",
+                           description="Encode documents into token shards (dataset/shards.py). Rerunning after an "
+                                       "interruption continues; new inputs into an existing directory are appended.")
+    e.add_argument("--tokenizer", required=True, metavar="DIR")
+    e.add_argument("--input", required=True, action="append", metavar="CLEAN", help="repeatable")
+    e.add_argument("--output", required=True, metavar="SHARDS")
+    e.add_argument("--domain", default=None, metavar="NAME",
+                   help="label every document with NAME (default: each document's --domain-field, else 'default')")
+    e.add_argument("--workers", type=_count, default=os.cpu_count() or 1, metavar="N",
+                   help="encoding processes (default: one per CPU)")
+    e.add_argument("--shard-tokens", type=_count, default=1 << 26, metavar="N",
+                   help="tokens per shard before rolling to the next (default 64M)")
+    e.add_argument("--tag-domain", action="store_true", help="put <|domain:NAME|> before each document")
+    e.add_argument("--no-progress", action="store_true", help="no progress bar (there is none off a terminal)")
+    _fields(e)
+
+    s = actions.add_parser("stats", help="bytes/token, tokens/word, byte-fallback rate per domain; longest tokens")
+    s.add_argument("--tokenizer", required=True, metavar="DIR")
+    s.add_argument("--input", required=True, metavar="CLEAN")
+    s.add_argument("--domain", default=None, metavar="NAME", help="count every document as NAME")
+    s.add_argument("--max-docs", type=int, default=0, metavar="N", help="at most N documents per domain (0: all)")
+    s.add_argument("--json", action="store_true")
+    _fields(s)
+
+
+def _report_bad(summary: str) -> None:
+    if summary:
+        print(f"bessemer tokenizer: {summary}", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.tokenizer_command == "train":
+        from bessemer.tokenizer.common import META_FILE
+        from bessemer.tokenizer.inputs import BadLines, read_documents
+        from bessemer.tokenizer.train import NoDocuments, train_tokenizer
+
+        bad = BadLines()
+
+        def docs():
+            for path in args.input:
+                yield from read_documents(path, bad, args.text_field, args.domain_field)
+
+        domains = [d.strip() for d in args.domains.split(",") if d.strip()]
+        try:
+            path = train_tokenizer(docs(), args.vocab_size, args.output, args.kind, args.jieba, domains,
+                                   extra_meta={"inputs": args.input})
+        except NoDocuments as e:
+            raise BessemerError(f"{e} in {', '.join(args.input)}" + (f"; {bad.summary()}" if bad.total else "")) \
+                from None
+        _report_bad(bad.summary())
+        meta_path = path.with_name(META_FILE)
+        meta = json.loads(meta_path.read_text())
+        meta["corpus"]["bad_lines"] = bad.total  # known only once the stream is exhausted
+        meta_path.write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
+        print(f"{path}: {meta['kind']}, vocab {meta['vocab_size']:,}, domains {', '.join(meta['domains']) or '-'}; "
+              f"trained on {meta['corpus']['docs']:,} documents ({meta['corpus']['bytes'] / 1e6:.1f} MB)")
+        return 0
+    if args.tokenizer_command == "encode":
+        from bessemer.tokenizer.encode import encode_inputs
+
+        try:
+            result = encode_inputs(args.tokenizer, args.input, args.output, args.domain, args.workers,
+                                   args.shard_tokens, args.text_field, args.domain_field, args.tag_domain,
+                                   progress=not args.no_progress)
+        except KeyboardInterrupt:
+            print("bessemer tokenizer: interrupted; the shards written so far are kept, rerun the same command "
+                  "to continue", file=sys.stderr)
+            return 130
+        _report_bad(result.bad.summary())
+        print(result.summary())
+        return 0
+    if args.tokenizer_command == "stats":
+        from bessemer.tokenizer.stats import format_stats, tokenizer_stats
+
+        stats = tokenizer_stats(args.tokenizer, args.input, args.text_field, args.domain_field, args.domain,
+                                args.max_docs)
+        _report_bad(stats["bad_lines_summary"])
+        print(json.dumps(stats, indent=1, ensure_ascii=False) if args.json else format_stats(stats))
+        return 0
+    raise AssertionError(args.tokenizer_command)
