@@ -517,18 +517,22 @@ class JobConfig:
 
 # ---------------------------------------------------------------------------------------------- loading
 
+def read_toml(path: str | Path, what: str) -> dict:
+    """A TOML file as a dict; a missing or malformed file is a ConfigError naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{what} file not found: {path}")
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+
+
 def load_config(path: str | Path | None, overrides: typing.Sequence[str] = (), cls: type = JobConfig) -> Any:
     """Defaults, then the TOML file, then `--section.key=value` overrides, then validation."""
     cfg = cls()
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
-        try:
-            raw = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{path}: not valid TOML: {e}") from None
-        _apply_table(cfg, raw, prefix="", where=str(path))
+        _apply_table(cfg, read_toml(path, "config"), prefix="", where=str(path))
     for item in overrides:
         key, value = parse_override(item)
         set_key(cfg, key, value, where="command line", parse=True)

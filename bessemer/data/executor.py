@@ -1,0 +1,226 @@
+"""Local executor: input files dealt into N shards, each shard run by a worker process.
+
+A shard reads its files, runs the steps in order and writes three files: `<dir>/part-<shard>.<format>`,
+`<rejected>/part-<shard>.jsonl.zst` and, last, `<dir>/stats/part-<shard>.json` — the completion marker. A
+rerun skips every shard whose marker and output exist, so an interrupted run resumes where it stopped and
+finishes with the same output as an uninterrupted one. When every shard is done, the shard stats are merged
+into `<dir>/stats.json` and conservation (in = out + rejected, per step) is checked.
+
+Shard assignment depends only on the sorted input list and the shard count, never on the number of
+workers, so 1 and 8 workers write identical shards.
+"""
+
+import hashlib
+import itertools
+import json
+import multiprocessing
+import posixpath
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict
+from typing import Any, Self
+
+import fsspec
+
+from bessemer.data.document import Document
+from bessemer.data.pipeline import REASON, STEPS, Pipeline, registry_paths
+from bessemer.data.readers import InputFile, file_size, list_inputs, read_file
+from bessemer.data.step import Step
+from bessemer.data.stats import StepStats, conservation_errors, merge_shards, summary
+from bessemer.data.writers import JsonlWriter, open_writer, shard_name
+from bessemer.errors import BessemerError
+
+REJECTED_FORMAT = "jsonl.zst"
+
+
+def assign_shards(files: list[InputFile], shards: int) -> list[list[InputFile]]:
+    """Round-robin over the sorted file list: shard i gets files i, i+N, i+2N, ..."""
+    return [files[i::shards] for i in range(shards)]
+
+
+def fingerprint(pipeline: Pipeline, shards: int) -> str:
+    """What a shard's content depends on; a rerun refuses to mix shards of different pipelines."""
+    key = {"input": asdict(pipeline.input), "steps": pipeline.steps, "shards": shards, "format": pipeline.output.format}
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _text_bytes(doc: Document) -> int:
+    return len(doc.text.encode("utf-8", "surrogatepass"))
+
+
+def _route(docs: Iterable[Document], stats: StepStats, rejected: JsonlWriter) -> Iterator[Document]:
+    """Pass kept documents on, send marked ones to the exclusion sink; count both. `stats.seconds` gets the
+    time spent inside this generator, which includes the stages feeding it (subtracted later)."""
+    t = time.perf_counter()
+    for doc in docs:
+        reason = doc.metadata.get(REASON)
+        if reason is not None:
+            stats.rejected[str(reason)] += 1
+            rejected.write(doc)
+            continue
+        stats.docs_out += 1
+        stats.bytes_out += _text_bytes(doc)
+        stats.seconds += time.perf_counter() - t
+        yield doc
+        t = time.perf_counter()
+    stats.seconds += time.perf_counter() - t
+
+
+def _run_step(step, docs: Iterator[Document], shard: int, n_shards: int, stats: StepStats,
+              rejected: JsonlWriter) -> Iterator[Document]:
+    """A step of the `data/step.py` kind drops documents through a callback (sent to the exclusion sink here);
+    any other step marks them with `reject()` and yields them, and `_route` sends them on."""
+    if not isinstance(step, Step):
+        return step.run(docs, shard, n_shards)
+
+    def on_reject(doc: Document) -> None:
+        stats.rejected[str(doc.metadata[REASON])] += 1
+        rejected.write(doc)
+
+    return step.run(docs, shard, n_shards, reject=on_reject)
+
+
+def _read_all(files: list[InputFile], pipeline: Pipeline) -> Iterator[Document]:
+    for f in files:
+        yield from read_file(f, pipeline.input)
+
+
+def run_shard(pipeline: Pipeline, shard: int, n_shards: int, files: list[InputFile], fp: str) -> dict:
+    """Process one shard and write its output, rejected and stats files; returns its stats object."""
+    out = pipeline.output
+    steps = pipeline.build_steps()
+    stats = [StepStats("input")] + [StepStats(spec["name"]) for spec in pipeline.steps]
+    stats[0].bytes_in = sum(file_size(f.url) for f in files)
+    with open_writer(f"{out.dir.rstrip('/')}/{shard_name(shard, out.format)}", out.format) as writer, \
+            JsonlWriter(f"{out.rejected_dir.rstrip('/')}/{shard_name(shard, REJECTED_FORMAT)}") as rejected:
+        stream = _route(_read_all(files, pipeline), stats[0], rejected)
+        for step, st in zip(steps, stats[1:]):
+            stream = _route(_run_step(step, stream, shard, n_shards, st, rejected), st, rejected)
+        for doc in stream:
+            writer.write(doc)
+    # Every record the readers produced was either kept or rejected by the input stage; each later step
+    # receives exactly what the one before it kept.
+    stats[0].docs_in = stats[0].docs_out + stats[0].n_rejected
+    for prev, st in itertools.pairwise(stats):
+        st.docs_in, st.bytes_in = prev.docs_out, prev.bytes_out
+    inclusive = [s.seconds for s in stats]
+    for i in range(1, len(stats)):
+        stats[i].seconds = max(0.0, inclusive[i] - inclusive[i - 1])
+    for step, st in zip(steps, stats[1:]):
+        if callable(getattr(step, "stats", None)):
+            st.extra = step.stats()
+    assert writer.count == stats[-1].docs_out, (writer.count, stats[-1].docs_out)
+    result = {"shard": shard, "fingerprint": fp, "files": [f.url for f in files], **summary(stats, shards=1)}
+    _write_json_atomic(_stats_path(pipeline, shard), result)
+    return result
+
+
+def _run_shard_job(job: tuple) -> dict:
+    """Entry point in a worker process: restore the step registry, then run the shard."""
+    pipeline, shard, n_shards, files, fp, registry = job
+    STEPS.update({k: v for k, v in registry.items() if k not in STEPS})
+    return run_shard(pipeline, shard, n_shards, files, fp)
+
+
+def _stats_path(pipeline: Pipeline, shard: int) -> str:
+    return f"{pipeline.output.dir.rstrip('/')}/stats/part-{shard:05d}.json"
+
+
+def _write_json_atomic(path: str, obj: Any) -> None:
+    fs, p = fsspec.core.url_to_fs(path)
+    fs.makedirs(posixpath.dirname(p), exist_ok=True)
+    with fs.open(p + ".tmp", "w") as f:
+        json.dump(obj, f, indent=1)
+    fs.mv(p + ".tmp", p)
+
+
+def shard_done(pipeline: Pipeline, shard: int, fp: str) -> bool:
+    """Whether the shard's completion marker and output exist (and belong to this pipeline)."""
+    fs, marker = fsspec.core.url_to_fs(_stats_path(pipeline, shard))
+    output = f"{pipeline.output.dir.rstrip('/')}/{shard_name(shard, pipeline.output.format)}"
+    if not fs.exists(marker) or not fs.exists(fsspec.core.url_to_fs(output)[1]):
+        return False
+    with fs.open(marker, "r") as f:
+        stored = json.load(f).get("fingerprint")
+    if stored != fp:
+        raise BessemerError(f"{pipeline.output.dir} holds shard {shard} of a different pipeline (input, steps, "
+                            f"shard count or format changed); delete that directory or choose another output.dir")
+    return True
+
+
+def run_pipeline(pipeline: Pipeline, limit_shards: int | None = None, progress: bool | None = None) -> dict:
+    """Run (or resume) the pipeline; returns the merged stats (also written to `<dir>/stats.json`).
+
+    `limit_shards` stops after processing that many shards (an interrupted run, for tests and for trying
+    a pipeline on a sample); the result then has "complete": false and no stats.json is written.
+    `progress` shows per-step counts with rich; None = only when stderr is a terminal.
+    """
+    files = list_inputs(pipeline.input.paths, pipeline.input.format)
+    n_shards = pipeline.executor.shards or max(1, len(files))
+    fp = fingerprint(pipeline, n_shards)
+    shards = assign_shards(files, n_shards)
+    todo = [i for i in range(n_shards) if not shard_done(pipeline, i, fp)]
+    if limit_shards is not None:
+        todo = todo[:limit_shards]
+    jobs = [(pipeline, i, n_shards, shards[i], fp, registry_paths()) for i in todo]
+    show = sys.stderr.isatty() if progress is None else progress
+    with _Progress(show, len(todo), [s.get("name", "?") for s in pipeline.steps]) as bar:
+        workers = min(pipeline.executor.workers, len(jobs))
+        if workers <= 1:
+            for job in jobs:
+                bar.shard_done(_run_shard_job(job))
+        else:
+            with multiprocessing.get_context("spawn").Pool(workers) as pool:
+                for result in pool.imap_unordered(_run_shard_job, jobs):
+                    bar.shard_done(result)
+    done = [i for i in range(n_shards) if shard_done(pipeline, i, fp)]
+    per_shard = []
+    for i in done:
+        fs, p = fsspec.core.url_to_fs(_stats_path(pipeline, i))
+        with fs.open(p, "r") as f:
+            per_shard.append(json.load(f))
+    if len(done) < n_shards:
+        partial = merge_shards(per_shard) if per_shard else {}
+        return {**partial, "complete": False, "shards_done": len(done), "shards": n_shards}
+    merged = {**merge_shards(per_shard), "complete": True}
+    _write_json_atomic(f"{pipeline.output.dir.rstrip('/')}/stats.json", merged)
+    errors = conservation_errors([StepStats.from_dict(s) for s in merged["steps"]])
+    if errors:
+        raise BessemerError("documents lost or created without a reason: " + "; ".join(errors))
+    return merged
+
+
+class _Progress:
+    """Shards done and documents out per step, updated as shards finish (rich, terminal only)."""
+
+    def __init__(self, enabled: bool, n_shards: int, step_names: list[str]):
+        self._p = None
+        if not enabled or n_shards == 0:
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                           TextColumn("{task.fields[docs]}"), TimeElapsedColumn(), console=Console(stderr=True))
+        self._shards = self._p.add_task("shards", total=n_shards, docs="")
+        self._steps = [self._p.add_task(f"  {name}", total=None, docs="") for name in ["input", *step_names]]
+        self._totals = [[0, 0] for _ in self._steps]
+
+    def __enter__(self) -> Self:
+        if self._p is not None:
+            self._p.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._p is not None:
+            self._p.stop()
+
+    def shard_done(self, stats: dict) -> None:
+        if self._p is None:
+            return
+        self._p.advance(self._shards)
+        for task, total, st in zip(self._steps, self._totals, stats["steps"]):
+            total[0] += st["docs_out"]
+            total[1] += sum(st["rejected"].values())
+            self._p.update(task, completed=total[0], docs=f"kept, {total[1]:,} rejected")

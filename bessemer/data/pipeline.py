@@ -1,0 +1,232 @@
+"""A curation pipeline: what to read, which steps to run in order, how to execute, where to write.
+
+    [input]
+    paths = ["data/raw/"]          # files, directories, globs; local or fsspec URLs
+    format = "jsonl"               # jsonl | parquet | text | warc
+    text_field = "text"
+
+    [[steps]]
+    name = "pii"                   # a registered step; the other keys are its constructor's arguments
+    action = "mask"
+
+    [executor]
+    kind = "local"
+    workers = 2
+    shards = 8
+
+    [output]
+    dir = "data/clean"
+    format = "jsonl.zst"
+    rejected = "data/clean/rejected"
+
+The step contract: a step is an object with `name` and `run(docs, rank, world_size) -> Iterator[Document]`
+(`rank`/`world_size` = this shard and the shard count). To drop a document it yields it marked with
+`reject(doc, "namespace.reason")`; the executor sends marked documents to the exclusion sink and counts
+them per reason. A document must come out exactly once, kept or marked: the executor checks it. An
+optional `stats() -> dict` is merged into stats.json.
+"""
+
+import dataclasses
+import difflib
+import importlib
+import inspect
+import typing
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from bessemer.config import read_toml
+from bessemer.data.document import Document
+from bessemer.errors import ConfigError
+
+REASON = "reason"  # metadata key that marks a rejected document
+
+
+def reject(doc: Document, reason: str, **detail: Any) -> Document:
+    """Mark `doc` as rejected with a namespaced reason (`quality.gopher.too_few_words`); the executor
+    routes it to the exclusion sink. `detail` (e.g. the value that failed) is stored in its metadata."""
+    assert "." in reason, f"reasons are namespaced (input.invalid_json), got {reason!r}"
+    doc.metadata[REASON] = reason
+    doc.metadata.update(detail)
+    return doc
+
+
+class Step(Protocol):
+    name: str
+
+    def run(self, docs: Iterable[Document], rank: int, world_size: int) -> Iterator[Document]: ...
+
+
+# Step name -> class, or "module:Class" so that registering costs no import (the PII step loads jieba).
+STEPS: dict[str, type | str] = {
+    "pii": "bessemer.data.pii:PiiStep",
+    "normalize": "bessemer.data.normalize:NormalizeStep",
+    "quality": "bessemer.data.quality:QualityStep",
+}
+
+
+def register_step(name: str, target: type | str) -> None:
+    """Make `[[steps]] name = "<name>"` build `target` (a class or "module:Class"). Worker processes get
+    the registry as "module:Class" strings, so the class must be importable by that path."""
+    STEPS[name] = target
+
+
+def step_class(name: str) -> type:
+    if name not in STEPS:
+        raise ConfigError(f"unknown step {name!r}; valid steps: {', '.join(sorted(STEPS))}")
+    target = STEPS[name]
+    if isinstance(target, str):
+        module, _, qualname = target.partition(":")
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+        STEPS[name] = target = obj
+    return target
+
+
+def registry_paths() -> dict[str, str]:
+    """The registry as "module:Class" strings, to hand to worker processes."""
+    return {n: t if isinstance(t, str) else f"{t.__module__}:{t.__qualname__}" for n, t in STEPS.items()}
+
+
+def build_step(spec: dict, where: str = "steps") -> Step:
+    """`{"name": "pii", "action": "mask"}` -> PiiStep(action="mask"), with errors that name the key."""
+    if "name" not in spec:
+        raise ConfigError(f"{where}: missing 'name'; valid steps: {', '.join(sorted(STEPS))}")
+    name, kwargs = spec["name"], {k: v for k, v in spec.items() if k != "name"}
+    cls = step_class(name)
+    params = [p for p in inspect.signature(cls).parameters.values() if p.kind is p.KEYWORD_ONLY
+              or p.kind is p.POSITIONAL_OR_KEYWORD]
+    valid = [p.name for p in params]
+    for key in kwargs:
+        if key not in valid:
+            close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+            hint = f"did you mean '{close[0]}'?" if close else f"valid keys: name, {', '.join(valid)}"
+            raise ConfigError(f"{where} ({name}): unknown key '{key}'; {hint}")
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where} ({name}): {e}") from None
+
+
+def _opt(default: Any, doc: str) -> Any:
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"doc": doc})
+    return field(default=default, metadata={"doc": doc})
+
+
+@dataclass
+class InputConfig:
+    paths: list[str] = _opt([], "Files, directories (read recursively) and globs; local paths or fsspec URLs.")
+    format: Literal["jsonl", "parquet", "text", "warc"] = _opt("jsonl", "How to read every input file.")
+    text_field: str = _opt("text", "JSONL field / Parquet column that holds the text.")
+    id_field: str = _opt("id", "Field/column with the document id; absent -> '<file stem>/<line or row>'.")
+    max_doc_bytes: int = _opt(64 << 20, "Larger records are rejected as input.too_large (bytes).")
+
+    def validate(self) -> None:
+        if not self.paths:
+            raise ConfigError("input.paths: give at least one file, directory or glob")
+        if self.max_doc_bytes <= 0:
+            raise ConfigError(f"input.max_doc_bytes: must be > 0, got {self.max_doc_bytes}")
+
+
+@dataclass
+class ExecutorConfig:
+    kind: Literal["local"] = _opt("local", "Where shards run: local processes.")
+    workers: int = _opt(1, "Processes running shards at once; 1 = in this process.")
+    shards: int = _opt(0, "Output shards (input files are dealt round-robin); 0 = one per input file.")
+
+    def validate(self) -> None:
+        if self.workers < 1:
+            raise ConfigError(f"executor.workers: must be >= 1, got {self.workers}")
+        if self.shards < 0:
+            raise ConfigError(f"executor.shards: must be >= 0 (0 = one per input file), got {self.shards}")
+
+
+@dataclass
+class OutputConfig:
+    dir: str = _opt("", "Output directory: part-<shard>.<format>, stats/, stats.json.")
+    format: Literal["jsonl", "jsonl.zst", "parquet"] = _opt("jsonl.zst", "Format of the output shards.")
+    rejected: str = _opt("", "Directory of the exclusion sink (JSONL .zst per shard); empty = <dir>/rejected.")
+
+    def validate(self) -> None:
+        if not self.dir:
+            raise ConfigError("output.dir: required (where the output shards go)")
+
+    @property
+    def rejected_dir(self) -> str:
+        return self.rejected or f"{self.dir.rstrip('/')}/rejected"
+
+
+@dataclass
+class Pipeline:
+    input: InputConfig = field(default_factory=InputConfig)
+    steps: list[dict] = field(default_factory=list)
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+    def validate(self) -> None:
+        self.input.validate()
+        self.executor.validate()
+        self.output.validate()
+        self.build_steps()  # unknown steps and bad arguments fail now, not in a worker
+
+    def build_steps(self) -> list[Step]:
+        return [build_step(spec, f"steps[{i}]") for i, spec in enumerate(self.steps)]
+
+    @classmethod
+    def from_dict(cls, raw: dict, where: str = "pipeline") -> "Pipeline":
+        p = cls()
+        for key, value in raw.items():
+            if key == "steps":
+                if not isinstance(value, list) or not all(isinstance(s, dict) for s in value):
+                    raise ConfigError(f"steps: expected [[steps]] tables ({where})")
+                p.steps = [dict(s) for s in value]
+            elif key in ("input", "executor", "output"):
+                if not isinstance(value, dict):
+                    raise ConfigError(f"{key}: expected a [{key}] table ({where})")
+                _fill(getattr(p, key), value, key, where)
+            else:
+                raise _unknown(key, ["input", "steps", "executor", "output"], where)
+        p.validate()
+        return p
+
+
+def load_pipeline(path: str | Path) -> Pipeline:
+    """Read and validate a pipeline TOML file."""
+    return Pipeline.from_dict(read_toml(path, "pipeline"), where=str(path))
+
+
+def _unknown(key: str, valid: list[str], where: str) -> ConfigError:
+    close = difflib.get_close_matches(key.split(".")[-1], [v.split(".")[-1] for v in valid], n=1, cutoff=0.5)
+    hint = f"did you mean '{key.rpartition('.')[0] + '.' if '.' in key else ''}{close[0]}'?" if close \
+        else f"valid keys: {', '.join(valid)}"
+    return ConfigError(f"unknown pipeline key '{key}' ({where}); {hint}")
+
+
+def _fill(section: Any, table: dict, prefix: str, where: str) -> None:
+    fields = {f.name: f for f in dataclasses.fields(section)}
+    for name, value in table.items():
+        key = f"{prefix}.{name}"
+        if name not in fields:
+            raise _unknown(key, [f"{prefix}.{n}" for n in fields], where)
+        setattr(section, name, _check(value, typing.get_type_hints(type(section))[name], key, where))
+
+
+def _check(value: Any, tp: Any, key: str, where: str) -> Any:
+    if typing.get_origin(tp) is Literal:
+        if value not in typing.get_args(tp):
+            raise ConfigError(f"{key}: {value!r} is not one of {', '.join(typing.get_args(tp))} ({where})")
+        return value
+    if typing.get_origin(tp) is list:
+        if isinstance(value, str):  # paths = "data/" is as clear as paths = ["data/"]
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{key}: expected a list of strings, got {value!r} ({where})")
+        return value
+    if tp is int and (not isinstance(value, int) or isinstance(value, bool)):
+        raise ConfigError(f"{key}: expected an integer, got {value!r} ({where})")
+    if tp is str and not isinstance(value, str):
+        raise ConfigError(f"{key}: expected a string, got {value!r} ({where})")
+    return value

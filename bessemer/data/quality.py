@@ -1,0 +1,104 @@
+"""Heuristic quality filtering: the `QualityStep` pipeline step.
+
+Order: boilerplate line removal, Gopher repetition, Gopher quality, C4 (which also drops lines), FineWeb.
+A failing rule rejects the document as `quality.<filter>.<rule>`. The filters live beside this file
+(quality_boilerplate, quality_gopher, quality_c4, quality_fineweb); thresholds and their sources:
+docs/data-steps.md.
+"""
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+
+from bessemer.data.document import Document
+from bessemer.data.quality_boilerplate import BoilerplateRemover
+from bessemer.data.quality_c4 import C4Quality
+from bessemer.data.quality_fineweb import FineWebQuality
+from bessemer.data.quality_gopher import GopherQuality, GopherRepetition
+from bessemer.data.quality_text import TextView
+from bessemer.data.step import Reject, Step
+
+FILTERS: tuple[str, ...] = ("boilerplate", "gopher_repetition", "gopher", "c4", "fineweb")
+_BLANK_RUN = re.compile(r"\n{3,}")
+
+
+def _pick(value, default_cls, name: str):
+    """True -> the filter with its defaults, False/None -> off, an instance -> that instance."""
+    if value is True:
+        return default_cls()
+    if value is False or value is None:
+        return None
+    if not isinstance(value, default_cls):
+        raise TypeError(f"{name} must be True, False, None or a {default_cls.__name__}, not {value!r}")
+    return value
+
+
+def _tidy(text: str) -> str:
+    return _BLANK_RUN.sub("\n\n", text).strip("\n")
+
+
+class QualityStep(Step):
+    """Pipeline step. Each filter is on with its defaults (True), off (False), or configured by passing an
+    instance (`gopher=GopherQuality(min_doc_words=100)`). Documents whose `metadata["domain"]` is in
+    `skip_domains` pass untouched: these rules were written for web prose, not code."""
+
+    name = "quality"
+
+    def __init__(
+        self,
+        boilerplate: bool | BoilerplateRemover = True,
+        gopher_repetition: bool | GopherRepetition = True,
+        gopher: bool | GopherQuality = True,
+        c4: bool | C4Quality = True,
+        fineweb: bool | FineWebQuality = True,
+        markdown_aware: bool = True,
+        cjk_threshold: float = 0.5,
+        skip_domains: Iterable[str] = ("code",),
+        reject: Reject | None = None,
+    ):
+        super().__init__(reject)
+        self.boilerplate = _pick(boilerplate, BoilerplateRemover, "boilerplate")
+        self.gopher_repetition = _pick(gopher_repetition, GopherRepetition, "gopher_repetition")
+        self.gopher = _pick(gopher, GopherQuality, "gopher")
+        self.c4 = _pick(c4, C4Quality, "c4")
+        self.fineweb = _pick(fineweb, FineWebQuality, "fineweb")
+        self.markdown_aware = markdown_aware
+        self.cjk_threshold = cjk_threshold
+        self.skip_domains = frozenset(skip_domains)
+        self.lines_removed: Counter[str] = Counter()
+        self.skipped = 0
+
+    def __repr__(self) -> str:
+        on = [f for f in FILTERS if getattr(self, f) is not None]
+        return f"QualityStep(filters={on}, markdown_aware={self.markdown_aware})"
+
+    def process(self, doc: Document) -> str | None:
+        if doc.metadata.get("domain") in self.skip_domains:
+            self.skipped += 1
+            return None
+        if self.boilerplate is not None:
+            text, removed = self.boilerplate.apply(doc.text)
+            if removed:
+                self.lines_removed["boilerplate"] += removed
+                doc.text = _tidy(text)
+                if not doc.text.strip():
+                    return "boilerplate.empty"
+        view = TextView(doc.text, self.cjk_threshold)
+        if self.gopher_repetition is not None and (rule := self.gopher_repetition.check(view)):
+            return f"gopher_repetition.{rule}"
+        if self.gopher is not None and (rule := self.gopher.check(view)):
+            return f"gopher.{rule}"
+        if self.c4 is not None:
+            text, rule, removed = self.c4.apply(view, self.markdown_aware)
+            self.lines_removed.update({f"c4.{k}": v for k, v in removed.items()})
+            if rule:
+                return f"c4.{rule}"
+            if removed:
+                doc.text = _tidy(text)
+                view = TextView(doc.text, self.cjk_threshold)
+        if self.fineweb is not None and (rule := self.fineweb.check(view, self.markdown_aware)):
+            return f"fineweb.{rule}"
+        return None
+
+    def stats(self) -> dict:
+        return super().stats() | {"skipped": self.skipped, "lines_removed": dict(sorted(self.lines_removed.items()))}

@@ -1,0 +1,127 @@
+"""C4's rules (Raffel et al. 2020, "Exploring the Limits of Transfer Learning with a Unified Text-to-Text
+Transformer", section 2.2), with datatrove's `C4QualityFilter` defaults. Line rules drop lines; lorem
+ipsum, a curly bracket and too few sentences drop the page.
+
+Markdown awareness (ours, on by default) keeps long-tail pages whole: lines of fenced code blocks are not
+judged at all; headings, list items, table rows and a line ending in ":" that introduces one of them or a
+code block are exempt from the terminal-punctuation and words-per-line rules; the curly-bracket rule
+ignores `inline code` and $math$. Without it the rules are datatrove's, line for line.
+"""
+
+import re
+from collections import Counter
+
+from bessemer.data.quality_text import (
+    CJK_TERMINAL,
+    TextView,
+    count_sentences,
+    is_heading,
+    is_list_item,
+    is_table_row,
+    is_word,
+    tokenize,
+)
+
+CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
+END_PUNCTUATION = (".", "?", "!", '"', "'")
+POLICY_SUBSTRINGS: tuple[str, ...] = (
+    "terms of use",
+    "privacy policy",
+    "cookie policy",
+    "uses cookies",
+    "use of cookies",
+    "use cookies",
+)
+_INLINE_CODE = re.compile(r"`[^`\n]+`")
+_MATH = re.compile(r"\$\$.+?\$\$|\$[^$\n]+\$", re.DOTALL)
+
+
+class C4Quality:
+    def __init__(
+        self,
+        filter_no_terminal_punct: bool = True,
+        min_words_per_line: int | None = 3,
+        min_num_sentences: int | None = 5,
+        max_word_length: int | None = 1000,
+        remove_citations: bool = True,
+        filter_lorem_ipsum: bool = True,
+        filter_javascript: bool = True,
+        filter_curly_bracket: bool = True,
+        filter_policy: bool = True,
+    ):
+        """Keep only lines ending in terminal punctuation (. ? ! " ', not "...", plus 。！？；… and closing
+        CJK quotes in CJK text) with at least 3 words; drop lines with a word over 1000 characters,
+        mentioning "javascript" or a cookie/terms phrase; drop the page on "lorem ipsum", on "{", or when
+        fewer than 5 sentences remain."""
+        self.filter_no_terminal_punct = filter_no_terminal_punct
+        self.min_words_per_line = min_words_per_line
+        self.min_num_sentences = min_num_sentences
+        self.max_word_length = max_word_length
+        self.remove_citations = remove_citations
+        self.filter_lorem_ipsum = filter_lorem_ipsum
+        self.filter_javascript = filter_javascript
+        self.filter_curly_bracket = filter_curly_bracket
+        self.filter_policy = filter_policy
+
+    def _structural(self, lines: list[str], i: int, code: list[bool]) -> bool:
+        line = lines[i]
+        if is_heading(line) or is_list_item(line) or is_table_row(line):
+            return True
+        if line.rstrip().endswith((":", "：")):
+            following = next((j for j in range(i + 1, len(lines)) if lines[j].strip()), None)
+            return following is not None and (
+                code[following] or is_list_item(lines[following]) or is_table_row(lines[following])
+            )
+        return False
+
+    def apply(self, view: TextView, markdown_aware: bool = True) -> tuple[str, str | None, Counter]:
+        """(new text, the page-level rule that failed or None, lines removed per rule)."""
+        lines = view.lines
+        code = view.code if markdown_aware else [False] * len(lines)
+        terminal = END_PUNCTUATION + CJK_TERMINAL if view.cjk else END_PUNCTUATION
+        removed: Counter[str] = Counter()
+        kept: list[str] = []
+        sentences = 0
+        for i, raw in enumerate(lines):
+            if code[i] or not raw.strip():
+                kept.append(raw)
+                continue
+            line = raw.strip()
+            words = line.split()
+            if self.max_word_length is not None and any(len(w) > self.max_word_length for w in words):
+                removed["too_long_word"] += 1
+                continue
+            if self.remove_citations:
+                line = CITATION.sub("", line)
+            structural = markdown_aware and self._structural(lines, i, code)
+            if (
+                self.filter_no_terminal_punct
+                and not structural
+                and (not line.endswith(terminal) or line.endswith("..."))
+            ):
+                removed["no_terminal_punct"] += 1
+                continue
+            if self.min_words_per_line is not None and not structural:
+                n_words = sum(map(is_word, tokenize(line, cjk=True))) if view.cjk else len(words)
+                if n_words < self.min_words_per_line:
+                    removed["too_few_words"] += 1
+                    continue
+            lower = line.lower()
+            if self.filter_lorem_ipsum and "lorem ipsum" in lower:
+                return view.text, "lorem_ipsum", removed
+            if self.filter_javascript and "javascript" in lower:
+                removed["javascript"] += 1
+                continue
+            if self.filter_curly_bracket:
+                judged = _MATH.sub("", _INLINE_CODE.sub("", line)) if markdown_aware else line
+                if "{" in judged:
+                    return view.text, "curly_bracket", removed
+            if self.filter_policy and any(p in lower for p in POLICY_SUBSTRINGS):
+                removed["policy"] += 1
+                continue
+            if not (structural and (is_heading(line) or is_table_row(line))):
+                sentences += count_sentences(line)
+            kept.append(line)
+        if self.min_num_sentences is not None and sentences < self.min_num_sentences:
+            return view.text, "too_few_sentences", removed
+        return "\n".join(kept), None, removed
