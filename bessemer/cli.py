@@ -115,6 +115,12 @@ def _cmd_tokenizer(args: argparse.Namespace, overrides: list[str]) -> int:
     return run(args)
 
 
+def _cmd_data(args: argparse.Namespace, overrides: list[str]) -> int:
+    from bessemer.data.cli import run
+
+    return run(args)
+
+
 def _cmd_doctor(args: argparse.Namespace, overrides: list[str]) -> int:
     from bessemer.doctor.cli import run
 
@@ -159,11 +165,14 @@ def build_parser() -> argparse.ArgumentParser:
     from bessemer.tokenizer.cli import add_parser as add_tokenizer_parser  # argparse only; tokenizers loads when run
 
     add_tokenizer_parser(sub)
+    from bessemer.data.cli import add_parser as add_data_parser  # argparse + step registry; steps load when run
+
+    add_data_parser(sub)
     return parser
 
 
 COMMANDS = {"train": _cmd_train, "demo": _cmd_demo, "report": _cmd_report, "ckpt": _cmd_ckpt,
-            "doctor": _cmd_doctor, "plan": _cmd_plan, "tokenizer": _cmd_tokenizer}
+            "doctor": _cmd_doctor, "plan": _cmd_plan, "tokenizer": _cmd_tokenizer, "data": _cmd_data}
 TAKES_OVERRIDES = {"train", "demo"}
 
 

@@ -1,10 +1,14 @@
-"""Local executor: input files dealt into N shards, each shard run by a worker process.
+"""Local executor: input files dealt into N shards, each shard run by a worker process (or, with
+`kind = "ray"`, by a Ray task: ray_executor.py; everything else below is shared).
 
 A shard reads its files, runs the steps in order and writes three files: `<dir>/part-<shard>.<format>`,
 `<rejected>/part-<shard>.jsonl.zst` and, last, `<dir>/stats/part-<shard>.json` — the completion marker. A
 rerun skips every shard whose marker and output exist, so an interrupted run resumes where it stopped and
 finishes with the same output as an uninterrupted one. When every shard is done, the shard stats are merged
 into `<dir>/stats.json` and conservation (in = out + rejected, per step) is checked.
+
+A pipeline with a global step (`dedup`) and more than one shard runs in stages instead, per-shard ones
+around each global step: bessemer/data/phases.py.
 
 Shard assignment depends only on the sorted input list and the shard count, never on the number of
 workers, so 1 and 8 workers write identical shards.
@@ -17,14 +21,14 @@ import multiprocessing
 import posixpath
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from typing import Any, Self
 
 import fsspec
 
 from bessemer.data.document import Document
-from bessemer.data.pipeline import REASON, STEPS, Pipeline, registry_paths
+from bessemer.data.pipeline import REASON, STEPS, ExecutorConfig, Pipeline, registry_paths, step_class
 from bessemer.data.readers import InputFile, file_size, list_inputs, read_file
 from bessemer.data.step import Step
 from bessemer.data.stats import StepStats, conservation_errors, merge_shards, summary
@@ -158,6 +162,10 @@ def run_pipeline(pipeline: Pipeline, limit_shards: int | None = None, progress: 
     """
     files = list_inputs(pipeline.input.paths, pipeline.input.format)
     n_shards = pipeline.executor.shards or max(1, len(files))
+    if n_shards > 1 and any(is_global(spec) for spec in pipeline.steps):
+        from bessemer.data.phases import run_phased
+
+        return run_phased(pipeline, files, n_shards, limit_shards, progress)
     fp = fingerprint(pipeline, n_shards)
     shards = assign_shards(files, n_shards)
     todo = [i for i in range(n_shards) if not shard_done(pipeline, i, fp)]
@@ -166,29 +174,50 @@ def run_pipeline(pipeline: Pipeline, limit_shards: int | None = None, progress: 
     jobs = [(pipeline, i, n_shards, shards[i], fp, registry_paths()) for i in todo]
     show = sys.stderr.isatty() if progress is None else progress
     with _Progress(show, len(todo), [s.get("name", "?") for s in pipeline.steps]) as bar:
-        workers = min(pipeline.executor.workers, len(jobs))
-        if workers <= 1:
-            for job in jobs:
-                bar.shard_done(_run_shard_job(job))
-        else:
-            with multiprocessing.get_context("spawn").Pool(workers) as pool:
-                for result in pool.imap_unordered(_run_shard_job, jobs):
-                    bar.shard_done(result)
-    done = [i for i in range(n_shards) if shard_done(pipeline, i, fp)]
-    per_shard = []
-    for i in done:
-        fs, p = fsspec.core.url_to_fs(_stats_path(pipeline, i))
-        with fs.open(p, "r") as f:
-            per_shard.append(json.load(f))
-    if len(done) < n_shards:
+        run_shard_jobs(jobs, pipeline.executor, bar.shard_done)
+    per_shard = done_shard_stats(pipeline, n_shards, fp)
+    if len(per_shard) < n_shards:
         partial = merge_shards(per_shard) if per_shard else {}
-        return {**partial, "complete": False, "shards_done": len(done), "shards": n_shards}
+        return {**partial, "complete": False, "shards_done": len(per_shard), "shards": n_shards}
     merged = {**merge_shards(per_shard), "complete": True}
     _write_json_atomic(f"{pipeline.output.dir.rstrip('/')}/stats.json", merged)
     errors = conservation_errors([StepStats.from_dict(s) for s in merged["steps"]])
     if errors:
         raise BessemerError("documents lost or created without a reason: " + "; ".join(errors))
     return merged
+
+
+def is_global(spec: dict) -> bool:
+    """Whether the step of this `[[steps]]` table is a global step (class attribute `global_step = True`):
+    one that must see every shard at once, run between per-shard phases (bessemer/data/phases.py)."""
+    return bool(getattr(step_class(spec["name"]), "global_step", False))
+
+
+def run_shard_jobs(jobs: list[tuple], executor: ExecutorConfig, on_done: Callable[[dict], None]) -> None:
+    """Run `_run_shard_job` tuples on the configured executor: in this process, a process pool, or Ray."""
+    workers = min(executor.workers, len(jobs))
+    if executor.kind == "ray":
+        from bessemer.data.ray_executor import run_jobs
+
+        run_jobs(jobs, executor, on_done)
+    elif workers <= 1:
+        for job in jobs:
+            on_done(_run_shard_job(job))
+    else:
+        with multiprocessing.get_context("spawn").Pool(workers) as pool:
+            for result in pool.imap_unordered(_run_shard_job, jobs):
+                on_done(result)
+
+
+def done_shard_stats(pipeline: Pipeline, n_shards: int, fp: str) -> list[dict]:
+    """The stats objects of the shards that are done, in shard order."""
+    per_shard = []
+    for i in range(n_shards):
+        if shard_done(pipeline, i, fp):
+            fs, p = fsspec.core.url_to_fs(_stats_path(pipeline, i))
+            with fs.open(p, "r") as f:
+                per_shard.append(json.load(f))
+    return per_shard
 
 
 class _Progress:

@@ -10,7 +10,7 @@
     action = "mask"
 
     [executor]
-    kind = "local"
+    kind = "local"                 # local | ray
     workers = 2
     shards = 8
 
@@ -63,6 +63,9 @@ STEPS: dict[str, type | str] = {
     "pii": "bessemer.data.pii:PiiStep",
     "normalize": "bessemer.data.normalize:NormalizeStep",
     "quality": "bessemer.data.quality:QualityStep",
+    "extract": "bessemer.data.extract:ExtractStep",
+    "dedup": "bessemer.data.dedup:DedupStep",
+    "semantic-dedup": "bessemer.data.semantic:SemanticDedupStep",
 }
 
 
@@ -133,11 +136,17 @@ class InputConfig:
 
 @dataclass
 class ExecutorConfig:
-    kind: Literal["local"] = _opt("local", "Where shards run: local processes.")
-    workers: int = _opt(1, "Processes running shards at once; 1 = in this process.")
+    kind: Literal["local", "ray"] = _opt("local", "Where shards run: local processes, or Ray tasks "
+                                                  "(bessemer/data/ray_executor.py; needs `pip install ray`).")
+    workers: int = _opt(1, "Processes running shards at once; 1 = in this process. Ray: CPUs of the local "
+                           "Ray started when no address is given.")
     shards: int = _opt(0, "Output shards (input files are dealt round-robin); 0 = one per input file.")
+    address: str = _opt("", "Ray only: cluster to connect to (\"auto\", \"ray://head:10001\"); empty = start a "
+                            "local Ray with `workers` CPUs.")
 
     def validate(self) -> None:
+        if self.address and self.kind != "ray":
+            raise ConfigError(f"executor.address: only used with kind = \"ray\" (kind is {self.kind!r})")
         if self.workers < 1:
             raise ConfigError(f"executor.workers: must be >= 1, got {self.workers}")
         if self.shards < 0:

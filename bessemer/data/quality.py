@@ -1,14 +1,16 @@
 """Heuristic quality filtering: the `QualityStep` pipeline step.
 
-Order: boilerplate line removal, Gopher repetition, Gopher quality, C4 (which also drops lines), FineWeb.
-A failing rule rejects the document as `quality.<filter>.<rule>`. The filters live beside this file
+Order: boilerplate line removal, Gopher repetition, Gopher quality, C4 (which also drops lines), FineWeb,
+then the fastText classifier when a `model` is given (on the text the heuristics left). A failing rule
+rejects the document as `quality.<filter>.<rule>`. The filters live beside this file
 (quality_boilerplate, quality_gopher, quality_c4, quality_fineweb); thresholds and their sources:
-docs/data-steps.md.
+docs/data-steps.md; the classifier: docs/data-extract-quality.md.
 """
 
 import re
 from collections import Counter
 from collections.abc import Iterable
+from pathlib import Path
 
 from bessemer.data.document import Document
 from bessemer.data.quality_boilerplate import BoilerplateRemover
@@ -40,7 +42,12 @@ def _tidy(text: str) -> str:
 class QualityStep(Step):
     """Pipeline step. Each filter is on with its defaults (True), off (False), or configured by passing an
     instance (`gopher=GopherQuality(min_doc_words=100)`). Documents whose `metadata["domain"]` is in
-    `skip_domains` pass untouched: these rules were written for web prose, not code."""
+    `skip_domains` pass untouched: these rules were written for web prose, not code.
+
+    `model` (a path written by `bessemer data quality-train`) adds the fastText classifier: every document
+    that passes the heuristics gets `metadata["quality_score"]` (probability of high quality) and is
+    rejected as `quality.classifier.low_score` below `threshold`; kept documents keep their score. The
+    model loads on first use, so the step pickles as its path."""
 
     name = "quality"
 
@@ -54,9 +61,18 @@ class QualityStep(Step):
         markdown_aware: bool = True,
         cjk_threshold: float = 0.5,
         skip_domains: Iterable[str] = ("code",),
+        model: str = "",
+        threshold: float = 0.5,
         reject: Reject | None = None,
     ):
         super().__init__(reject)
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"threshold must be a probability in [0, 1], got {threshold}")
+        if model and not Path(model).is_file():
+            raise FileNotFoundError(f"quality model {model} does not exist (train one: bessemer data quality-train)")
+        self.model = model
+        self.threshold = threshold
+        self._classifier = None
         self.boilerplate = _pick(boilerplate, BoilerplateRemover, "boilerplate")
         self.gopher_repetition = _pick(gopher_repetition, GopherRepetition, "gopher_repetition")
         self.gopher = _pick(gopher, GopherQuality, "gopher")
@@ -70,7 +86,18 @@ class QualityStep(Step):
 
     def __repr__(self) -> str:
         on = [f for f in FILTERS if getattr(self, f) is not None]
-        return f"QualityStep(filters={on}, markdown_aware={self.markdown_aware})"
+        model = f", model={self.model!r}, threshold={self.threshold}" if self.model else ""
+        return f"QualityStep(filters={on}, markdown_aware={self.markdown_aware}{model})"
+
+    def __getstate__(self) -> dict:
+        return self.__dict__ | {"_classifier": None}
+
+    def classifier(self):
+        if self._classifier is None:
+            from bessemer.data.quality_model import QualityModel  # fastText loads only when a model is set
+
+            self._classifier = QualityModel(self.model)
+        return self._classifier
 
     def process(self, doc: Document) -> str | None:
         if doc.metadata.get("domain") in self.skip_domains:
@@ -98,6 +125,11 @@ class QualityStep(Step):
                 view = TextView(doc.text, self.cjk_threshold)
         if self.fineweb is not None and (rule := self.fineweb.check(view, self.markdown_aware)):
             return f"fineweb.{rule}"
+        if self.model:
+            score = round(self.classifier().score(doc.text), 4)  # compared as stored, so the two never disagree
+            doc.metadata["quality_score"] = score
+            if score < self.threshold:
+                return "classifier.low_score"
         return None
 
     def stats(self) -> dict:

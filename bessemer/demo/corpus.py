@@ -1,7 +1,9 @@
 """The bundled demo corpus, built from text that ships with Python plus Chinese prose kept in this package.
 
 Three domains: `code` (standard-library sources), `prose_en` (the reference-manual topics of pydoc) and
-`prose_zh` (zh.txt). Nothing is downloaded; the same Python gives the same corpus.
+`prose_zh` (zh.txt). Nothing is downloaded; the same Python gives the same corpus. The demo writes it raw,
+with planted problems (planted.py), curates it with configs/demo_pipeline.toml, and trains the tokenizer
+and encodes the shards from the curated output.
 """
 
 import json
@@ -12,6 +14,7 @@ from typing import Iterator
 from bessemer.errors import BessemerError
 
 ZH_FILE = Path(__file__).with_name("zh.txt")
+PIPELINE_FILE = Path(__file__).resolve().parents[2] / "configs" / "demo_pipeline.toml"
 CHUNK_CHARS = 2000
 
 
@@ -76,9 +79,44 @@ def build_corpus(out_path: str | Path, code_bytes: int = 2_000_000, prose_bytes:
     return docs
 
 
+def build_raw_corpus(out_dir: str | Path, code_bytes: int = 2_000_000, prose_bytes: int = 1_000_000,
+                     seed: int = 0) -> Path:
+    """The corpus plus planted duplicates, PII, junk and HTML pages (planted.py), one JSONL file per domain
+    in `out_dir`; returns `out_dir`."""
+    from bessemer.demo.planted import plant_problems, write_raw_corpus
+
+    docs = [*_code_docs(code_bytes), *_prose_docs(prose_bytes), *_zh_docs()]
+    return write_raw_corpus(plant_problems(docs, seed), out_dir)
+
+
+def curate(raw_dir: str | Path, out_dir: str | Path, pipeline_file: str | Path = PIPELINE_FILE) -> dict:
+    """Run the demo's curation pipeline (configs/demo_pipeline.toml) from `raw_dir` into `out_dir` (kept
+    shards, `rejected/`, `stats.json`); returns the stats."""
+    from bessemer.data.executor import run_pipeline
+    from bessemer.data.pipeline import load_pipeline
+
+    pipeline = load_pipeline(pipeline_file)
+    pipeline.input.paths = [str(raw_dir)]
+    pipeline.output.dir, pipeline.output.rejected = str(out_dir), ""
+    return run_pipeline(pipeline, progress=False)
+
+
+def read_curated(out_dir: str | Path) -> list[dict]:
+    """The kept documents of a curation output directory (its part-* shards, in shard order)."""
+    from bessemer.data.pipeline import InputConfig
+    from bessemer.data.readers import list_inputs, read_file
+
+    cfg = InputConfig(paths=[str(out_dir)])
+    docs = []
+    for f in list_inputs([f"{str(out_dir).rstrip('/')}/part-*"], "jsonl"):
+        docs.extend({"id": d.id, "text": d.text, "metadata": d.metadata} for d in read_file(f, cfg))
+    return docs
+
+
 def build_token_data(out_dir: str | Path, vocab_size: int, code_bytes: int = 2_000_000,
-                     prose_bytes: int = 1_000_000, seed: int = 0) -> Path:
-    """Corpus -> byte-level BPE tokenizer -> token shards, all under `out_dir`; returns the shard directory.
+                     prose_bytes: int = 1_000_000, seed: int = 0, docs: list[dict] | None = None) -> Path:
+    """Documents (`docs`, e.g. the curated ones; default: the clean corpus) -> byte-level BPE tokenizer ->
+    token shards, all under `out_dir`; returns the shard directory.
 
     Documents are written in a seeded random order so that a sequential read mixes the domains.
     """
@@ -88,7 +126,12 @@ def build_token_data(out_dir: str | Path, vocab_size: int, code_bytes: int = 2_0
     from bessemer.tokenizer.train import train_tokenizer
 
     out_dir = Path(out_dir)
-    docs = build_corpus(out_dir / "corpus.jsonl", code_bytes, prose_bytes)
+    if docs is None:
+        docs = build_corpus(out_dir / "corpus.jsonl", code_bytes, prose_bytes)
+    missing = {"code", "prose_en", "prose_zh"} - {d["metadata"]["domain"] for d in docs}
+    if missing:
+        raise BessemerError(f"no {', '.join(sorted(missing))} documents left to train on; the demo's mixture "
+                            f"needs code, prose_en and prose_zh")
     # The domain-aware byte-level BPE (tokenizer/pretok.py), with a tag token per domain.
     tokenizer = train_tokenizer(((d["text"], d["metadata"]["domain"]) for d in docs), vocab_size,
                                 out_dir / "tokenizer", kind="bpe")

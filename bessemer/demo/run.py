@@ -1,4 +1,5 @@
-"""`bessemer demo`: the whole path on a laptop CPU — corpus, tokenizer, token shards, training, report."""
+"""`bessemer demo`: the whole path on a laptop CPU — corpus, curation, tokenizer, token shards, training,
+report."""
 
 import shutil
 import time
@@ -23,7 +24,7 @@ def _fresh_dir(run_dir: Path) -> None:
 
 
 def run_demo(run_dir: str | Path, overrides: list[str] = ()) -> Path:
-    from bessemer.demo.corpus import build_token_data
+    from bessemer.demo.corpus import build_raw_corpus, build_token_data, curate, read_curated
     from bessemer.parallel.launch import train
     from bessemer.report.run_report import build_report, read_metrics, summarize
 
@@ -37,21 +38,31 @@ def run_demo(run_dir: str | Path, overrides: list[str] = ()) -> Path:
     _fresh_dir(run_dir)
 
     t0 = time.perf_counter()
+    print("[1/4] curate: raw corpus (Python's own docs and sources + Chinese prose, with planted duplicates, "
+          "PII, junk and JavaScript-only pages) -> extract -> normalize -> quality -> pii -> dedup", flush=True)
+    stats = curate(build_raw_corpus(run_dir / "data" / "raw", seed=cfg.run.seed), run_dir / "curated")
+    for st in stats["steps"]:
+        reasons = ", ".join(f"{r} {n}" for r, n in sorted(st["rejected"].items()))
+        print(f"      {st['name']:<9} {st['docs_in']:>5} in -> {st['docs_out']:>5} out"
+              + (f"  (rejected: {reasons})" if reasons else ""), flush=True)
+    print(f"      {stats['docs_in']} in = {stats['docs_out']} kept + {stats['docs_rejected']} rejected, "
+          f"in {time.perf_counter() - t0:.1f} s: {run_dir / 'curated'}", flush=True)
+
+    t1 = time.perf_counter()
     vocab = cfg.model.vocab_size or 8192
-    print(f"[1/3] corpus (Python's own docs and sources + Chinese prose) -> byte-level BPE ({vocab} tokens) "
-          f"-> token shards", flush=True)
-    shards = build_token_data(run_dir / "data", vocab, seed=cfg.run.seed)
+    print(f"[2/4] curated documents -> byte-level BPE ({vocab} tokens) -> token shards", flush=True)
+    shards = build_token_data(run_dir / "data", vocab, seed=cfg.run.seed, docs=read_curated(run_dir / "curated"))
     cfg.data.path = str(shards)
-    print(f"      done in {time.perf_counter() - t0:.1f} s: {shards}", flush=True)
+    print(f"      done in {time.perf_counter() - t1:.1f} s: {shards}", flush=True)
 
     nproc = cfg.parallel.world_size
-    print(f"[2/3] training model '{cfg.model.name}' for {cfg.train.steps} steps on {nproc} process(es)", flush=True)
+    print(f"[3/4] training model '{cfg.model.name}' for {cfg.train.steps} steps on {nproc} process(es)", flush=True)
     code = train(cfg, str(DEMO_CONFIG), [f"--run.dir={run_dir}", f"--data.path={shards}", *overrides], nproc,
                  resume=False, max_restarts=1)  # recovers from the failure the demo injects ([fault])
     if code:
         raise BessemerError(f"training on {nproc} processes stopped with exit status {code}; see the output above")
 
-    print("[3/3] report", flush=True)
+    print("[4/4] report", flush=True)
     report = build_report(run_dir)
     s = summarize(read_metrics(run_dir / "metrics.jsonl")[0])
     print(f"loss {s['first_loss']:.3f} -> {s['final_loss']:.3f} over {s['steps']} steps, "

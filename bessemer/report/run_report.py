@@ -123,6 +123,37 @@ def _mixture_section(records: list[dict], out: Path) -> str:
             f'<img src="mixture.png" alt="token share per domain per step">{loss_plot}')
 
 
+CURATED = "curated"  # where `bessemer demo` writes its curation output, under the run directory
+
+
+def _curation_section(run_dir: Path) -> str:
+    """Per-step documents in/out and rejections by reason from `<run_dir>/curated/stats.json` (the demo's
+    curation), with a link to that directory's data report (built here if it is missing)."""
+    stats_path = run_dir / CURATED / "stats.json"
+    if not stats_path.is_file():
+        return ""
+    from bessemer.report.data_report import build_data_report
+
+    stats = json.loads(stats_path.read_text(encoding="utf-8"))
+    data_report = run_dir / CURATED / "report" / "index.html"
+    if not data_report.is_file():
+        build_data_report(run_dir / CURATED)
+    rows = []
+    for st in stats.get("steps", []):
+        ranked = sorted(st["rejected"].items(), key=lambda x: -x[1])
+        reasons = "<br>".join(f"{html.escape(r)}: {n:,}" for r, n in ranked)
+        rows.append(f"<tr><td>{html.escape(st['name'])}</td><td>{st['docs_in']:,}</td><td>{st['docs_out']:,}</td>"
+                    f"<td>{sum(st['rejected'].values()):,}</td><td>{reasons or '-'}</td></tr>")
+    conserved = "holds" if stats.get("conserved") else "VIOLATED"
+    return (f"<h2>Data curation</h2><p>The training documents are the output of a curation pipeline: "
+            f"{stats['docs_in']:,} documents in = {stats['docs_out']:,} kept + {stats['docs_rejected']:,} rejected "
+            f"(conservation {conserved}). Full data report: "
+            f"<a href=\"../{CURATED}/report/index.html\">{CURATED}/report/index.html</a>.</p>"
+            f"<table><tr><th>step</th><th>docs in</th><th>docs out</th><th>rejected</th>"
+            f"<th>rejected by reason</th></tr>"
+            f"{''.join(rows)}</table>")
+
+
 def build_report(run_dir: str | Path) -> Path:
     """Write <run_dir>/report/index.html (+ loss.png, throughput.png); returns the HTML path."""
     run_dir = Path(run_dir)
@@ -181,6 +212,7 @@ def build_report(run_dir: str | Path) -> Path:
 pre{{background:#f4f4f4;padding:1em}}</style></head><body>
 <h1>Run report: {html.escape(run_dir.name)}</h1>
 <h2>Summary</h2><table>{table}</table>
+{_curation_section(run_dir)}
 {recovery}
 {alert_section}
 <h2>Loss</h2><img src="loss.png" alt="training loss per step">

@@ -1,0 +1,197 @@
+"""Pipelines with global steps: per-shard phases around steps that must see every shard at once.
+
+A global step (a step class with `global_step = True`, e.g. `dedup`) cannot run inside a shard: a shard
+sees only its own files, so duplicates in different shards would survive. With more than one shard the
+executor splits the steps at each global step into stages, numbered in order:
+
+    steps  normalize, quality, dedup, pii
+    stage 0  per shard: input, normalize, quality -> <out>/_phases/0/part-<shard>.jsonl.zst
+    stage 1  global:    dedup over all of stage 0 -> <out>/_phases/1/ (its own workdir and outputs)
+    stage 2  per shard: pii on stage 1's shards   -> <out>/part-<shard>.<format> (the final output)
+
+A per-shard stage is `run_shard` on a derived pipeline (its steps, its input = the previous stage's shard),
+on the configured executor, with its own completion markers (`<stage dir>/stats/part-<shard>.json`). A global
+stage calls `step.run_global(shard_paths, workdir, rejected_dir, map_jobs)`; `map_jobs` runs its parallel
+jobs on the same executor kind (local processes or Ray tasks) and the step resumes itself from its own
+markers; when it returns, `<out>/_phases/<k>/stats.json` marks the stage done. The last stage is always a
+per-shard one (with no steps when the pipeline ends in a global step), so the final output has the usual
+names and format. Rejected documents of stage k go to `<rejected>/<k>/part-<shard>.jsonl.zst`.
+
+Every marker holds a fingerprint of the whole pipeline and the stage number, so a rerun resumes at the
+first unfinished stage (and shard) and ends with the same files as an uninterrupted run; a changed pipeline
+is an error, not a mix. stats.json has one entry per step of the pipeline (the global steps included),
+merged over shards, and conservation is checked over the whole run.
+"""
+
+import dataclasses
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import fsspec
+
+from bessemer.data.executor import (
+    _Progress,
+    _write_json_atomic,
+    assign_shards,
+    done_shard_stats,
+    fingerprint,
+    is_global,
+    run_shard_jobs,
+    shard_done,
+)
+from bessemer.data.pipeline import InputConfig, OutputConfig, Pipeline, build_step, registry_paths
+from bessemer.data.readers import InputFile
+from bessemer.data.stats import StepStats, conservation_errors, merge_shards, summary
+from bessemer.data.writers import shard_name
+from bessemer.errors import BessemerError
+
+PHASE_FORMAT = "jsonl.zst"  # intermediate shards (the readers map it back to the same documents)
+
+
+@dataclasses.dataclass
+class Stage:
+    index: int
+    steps: list[dict]  # per-shard stage: its steps (maybe none); global stage: the one global step
+    is_global: bool
+
+
+def plan(steps: list[dict]) -> list[Stage]:
+    """Split the steps at each global step; the first and the last stage are per-shard ones."""
+    stages = [Stage(0, [], False)]
+    for spec in steps:
+        if is_global(spec):
+            stages.append(Stage(len(stages), [spec], True))
+        elif stages[-1].is_global:
+            stages.append(Stage(len(stages), [spec], False))
+        else:
+            stages[-1].steps.append(spec)
+    if stages[-1].is_global:
+        stages.append(Stage(len(stages), [], False))
+    return stages
+
+
+def _stage_fp(fp: str, k: int) -> str:
+    return hashlib.sha256(f"{fp}/{k}".encode()).hexdigest()[:16]
+
+
+def _phase_dir(pipeline: Pipeline, k: int) -> str:
+    return f"{pipeline.output.dir.rstrip('/')}/_phases/{k}"
+
+
+def _stage_pipeline(pipeline: Pipeline, stage: Stage, last: bool) -> Pipeline:
+    """The pipeline one per-shard stage runs: its steps, reading the previous stage's shards (stage > 0),
+    writing the intermediate shards (or, last, the final output)."""
+    out = pipeline.output
+    rejected = f"{out.rejected_dir.rstrip('/')}/{stage.index}"
+    output = (OutputConfig(dir=out.dir, format=out.format, rejected=rejected) if last
+              else OutputConfig(dir=_phase_dir(pipeline, stage.index), format=PHASE_FORMAT, rejected=rejected))
+    src = pipeline.input
+    if stage.index > 0:  # intermediate shards hold id, text and metadata; none is too large to have got there
+        src = InputConfig(paths=[_phase_dir(pipeline, stage.index - 1)], format="jsonl", text_field="text",
+                          id_field="id", max_doc_bytes=1 << 62)
+    return dataclasses.replace(pipeline, input=src, steps=stage.steps, output=output)
+
+
+@contextmanager
+def _session(pipeline: Pipeline) -> Iterator[None]:
+    """One Ray for all stages (starting it costs seconds); nothing for the local executor."""
+    if pipeline.executor.kind != "ray":
+        yield
+        return
+    from bessemer.data.ray_executor import ray_session
+
+    with ray_session(pipeline.executor):
+        yield
+
+
+def _map_jobs(pipeline: Pipeline) -> Callable[[Callable, list], None]:
+    """How a global step runs its parallel jobs: Ray tasks, or `workers` local processes."""
+    ex = pipeline.executor
+    if ex.kind == "ray":
+        from bessemer.data.ray_executor import run_tasks
+
+        return lambda fn, jobs: run_tasks(fn, jobs, ex)
+    from bessemer.data.dedup_stages import local_map
+
+    return lambda fn, jobs: local_map(fn, jobs, ex.workers)
+
+
+def _run_global(pipeline: Pipeline, stage: Stage, inputs: list[str], fp: str) -> tuple[dict, list[str]]:
+    """Run (or resume) a global stage; returns its step stats entry (bytes_out filled in later) and outputs."""
+    marker = f"{_phase_dir(pipeline, stage.index)}/stats.json"
+    fs, p = fsspec.core.url_to_fs(marker)
+    if fs.exists(p):
+        with fs.open(p, "r") as f:
+            done = json.load(f)
+        if done["fingerprint"] != fp:
+            raise BessemerError(f"{pipeline.output.dir} holds stage {stage.index} of a different pipeline; delete "
+                                "that directory or choose another output.dir")
+        return done["step"], done["outputs"]
+    spec = stage.steps[0]
+    step = build_step(spec, f"steps ({spec['name']})")
+    t = time.perf_counter()
+    r = step.run_global(inputs, _phase_dir(pipeline, stage.index),
+                        f"{pipeline.output.rejected_dir.rstrip('/')}/{stage.index}", _map_jobs(pipeline))
+    st = StepStats(spec["name"], docs_in=r["docs_in"], docs_out=r["docs_out"], seconds=time.perf_counter() - t,
+                   extra=r.get("extra", {}))
+    st.rejected.update(r["rejected"])
+    entry = st.to_dict()
+    _write_json_atomic(marker, {"fingerprint": fp, "step": entry, "outputs": r["outputs"]})
+    return entry, r["outputs"]
+
+
+def run_phased(pipeline: Pipeline, files: list[InputFile], n_shards: int, limit_shards: int | None,
+               progress: bool | None) -> dict:
+    """`run_pipeline` for a pipeline with global steps and several shards (module docstring).
+    `limit_shards` counts shard jobs over all per-shard stages (an interruption, for tests)."""
+    fp = fingerprint(pipeline, n_shards)
+    stages = plan(pipeline.steps)
+    budget = limit_shards
+    show = sys.stderr.isatty() if progress is None else progress
+    steps: list[dict] = []  # the run's stats entries, in pipeline order
+    pending_global: dict | None = None  # a global step's entry, waiting for the next stage's byte count
+    prev_outputs: list[str] | None = None
+    with _session(pipeline):
+        for stage in stages:
+            sfp = _stage_fp(fp, stage.index)
+            if stage.is_global:
+                assert prev_outputs is not None
+                pending_global, prev_outputs = _run_global(pipeline, stage, prev_outputs, sfp)
+                continue
+            sp = _stage_pipeline(pipeline, stage, last=stage is stages[-1])
+            shards = (assign_shards(files, n_shards) if prev_outputs is None
+                      else [[InputFile(url, shard_name(i, PHASE_FORMAT))] for i, url in enumerate(prev_outputs)])
+            todo = [i for i in range(n_shards) if not shard_done(sp, i, sfp)]
+            if budget is not None:
+                todo, budget = todo[:budget], budget - len(todo[:budget])
+            jobs = [(sp, i, n_shards, shards[i], sfp, registry_paths()) for i in todo]
+            with _Progress(show, len(jobs), [s["name"] for s in stage.steps]) as bar:
+                run_shard_jobs(jobs, pipeline.executor, bar.shard_done)
+            per_shard = done_shard_stats(sp, n_shards, sfp)
+            if len(per_shard) < n_shards:
+                return {"complete": False, "stage": stage.index, "shards_done": len(per_shard), "shards": n_shards}
+            merged = merge_shards(per_shard)["steps"]
+            if pending_global is not None:
+                # This stage's input step read exactly what the global step kept: its bytes are the step's output.
+                read = merged.pop(0)
+                assert read["docs_in"] == read["docs_out"] == pending_global["docs_out"], (read, pending_global)
+                pending_global["bytes_in"] = steps[-1]["bytes_out"]
+                pending_global["bytes_out"] = read["bytes_out"]
+                steps.append(pending_global)
+                pending_global = None
+            steps += merged
+            prev_outputs = [f"{sp.output.dir.rstrip('/')}/{shard_name(i, sp.output.format)}" for i in range(n_shards)]
+    stats = [StepStats.from_dict(s) for s in steps]
+    merged_all = {**summary(stats, shards=n_shards), "complete": True,
+                  "stages": [{"index": s.index, "global": s.is_global, "steps": [x["name"] for x in s.steps]}
+                             for s in stages]}
+    _write_json_atomic(f"{pipeline.output.dir.rstrip('/')}/stats.json", merged_all)
+    errors = conservation_errors(stats)
+    if errors:
+        raise BessemerError("documents lost or created without a reason: " + "; ".join(errors))
+    return merged_all
+

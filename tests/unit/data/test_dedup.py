@@ -1,0 +1,146 @@
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from dedup_corpus import corpus, precision_recall
+
+from bessemer.data.dedup import (
+    DedupStep,
+    MinHashConfig,
+    _minhash_rows,
+    normalize_text,
+    shingle_hashes,
+    shingle_strings,
+)
+from bessemer.data.dedup_stages import run_dedup_stages
+from bessemer.data.document import Document
+from bessemer.data.readers import open_bytes
+from bessemer.data.writers import JsonlWriter
+
+
+def _clusters(docs: list[Document], step: DedupStep) -> list[int]:
+    row = {d.id: i for i, d in enumerate(docs)}
+    out = list(range(len(docs)))
+    for d in step.rejected:
+        out[row[d.id]] = row[d.metadata["duplicate_of"]]
+    return out
+
+
+def test_near_duplicates_precision_recall():
+    docs, labels = corpus(n_clusters=100, seed=0)
+    step = DedupStep(score_key=None)
+    kept = list(step.run(docs))
+    precision, recall = precision_recall(labels, _clusters(docs, step))
+    print(f"pairwise precision {precision:.3f} recall {recall:.3f} ({len(docs)} docs, {len(kept)} kept)")
+    assert recall >= 0.9 and precision >= 0.97, (precision, recall)
+    assert len(kept) + len(step.rejected) == len(docs)
+    assert set(step.stats()["rejected"]) == {"dedup.near_duplicate"}
+
+
+def test_minhash_is_mod_mersenne():
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 1 << 32, 64, dtype=np.uint64)
+    a, b = MinHashConfig(seed=5).permutations()
+    got = _minhash_rows(x, a, b)
+    p = (1 << 61) - 1
+    want = [[(int(ai) * int(xi) + int(bi)) % p for ai, bi in zip(a, b)] for xi in x]
+    assert [[int(v) % p for v in r] for r in got] == want
+
+
+def test_exact_duplicates_after_normalization():
+    docs = [Document("a", "Hello, World!  This is   one text."), Document("b", "hello world this is one text"),
+            Document("c", "ＨＥＬＬＯ world — this is one text…"), Document("d", "something else entirely")]
+    step = DedupStep(near=False, score_key=None)
+    kept = [d.id for d in step.run(docs)]
+    assert kept == ["a", "d"]  # "a" is the longest
+    assert {d.id: (d.metadata["reason"], d.metadata["duplicate_of"]) for d in step.rejected} == {
+        "b": ("dedup.exact_duplicate", "a"), "c": ("dedup.exact_duplicate", "a")}
+
+
+def test_cjk_shingles_and_dedup():
+    assert shingle_strings(normalize_text("今天天气很好"))[:2] == ["c:今天天气很", "c:天天气很好"]
+    mixed = shingle_strings(normalize_text("GPU 训练 needs a lot of memory 很多内存"))
+    assert any(s.startswith("w:") for s in mixed) and any(s.startswith("c:") for s in mixed)
+    base = "机器学习是人工智能的一个分支它使计算机能够从数据中学习而无需明确编程" * 3
+    near = base.replace("计算机", "电脑", 1)
+    other = "今天的天气非常好我们一起去公园散步然后吃了午饭下午回家看书" * 3
+    docs = [Document("1", base), Document("2", near), Document("3", other)]
+    step = DedupStep(score_key=None)
+    assert [d.id for d in step.run(docs)] == ["1", "3"]
+    assert step.rejected[0].metadata["reason"] == "dedup.near_duplicate"
+    assert len(shingle_hashes(normalize_text(base))) == len(normalize_text(base)) - 4
+
+
+def test_keeper_by_score_then_length_then_id():
+    text = "the quick brown fox jumps over the lazy dog near the river bank today"
+    docs = [Document("z", text + " and more"), Document("y", text, {"quality_score": 0.9}),
+            Document("x", text + "!", {"quality_score": 0.9}), Document("w", text + "!!", {"quality_score": 0.9})]
+    step = DedupStep(score_key="quality_score")
+    assert [d.id for d in step.run(docs)] == ["w"]  # best score; among those the longest
+    docs = [Document("b", text), Document("a", text + ".")]  # same normalized text and score: longer wins
+    assert [d.id for d in DedupStep().run(docs)] == ["a"]
+    docs = [Document("b", text), Document("a", text)]
+    step = DedupStep()
+    assert [d.id for d in step.run(docs)] == ["a"]
+    assert step.rejected[0].metadata["duplicate_of"] == "a"
+
+
+def _write_shards(tmp_path, docs: list[Document], n: int) -> list[str]:
+    paths = []
+    for i in range(n):
+        p = str(tmp_path / "in" / f"part-{i}.jsonl.zst")
+        with JsonlWriter(p) as w:
+            for d in docs[i::n]:
+                w.write(Document(d.id, d.text, dict(d.metadata)))
+        paths.append(p)
+    return paths
+
+
+def _staged_removals(workdir) -> dict[str, tuple[str, str]]:
+    out = {}
+    for p in sorted((workdir / "rejected").glob("*.jsonl.zst")):
+        with open_bytes(str(p)) as f:
+            for line in f:
+                d = json.loads(line)
+                out[d["id"]] = (d["metadata"]["reason"], d["metadata"]["duplicate_of"])
+    return out
+
+
+def test_staged_runner_equals_step_and_resumes(tmp_path):
+    docs, _ = corpus(n_clusters=15, n_hard=10, n_single=20, seed=7)
+    docs += [Document("copy-1", docs[0].text.upper()), Document("copy-2", docs[0].text)]
+    for i, d in enumerate(docs):
+        d.metadata["quality_score"] = float(i % 3)
+    for d in (docs[0], docs[-2], docs[-1]):  # the copies' group wins its cluster, so they are exact duplicates
+        d.metadata["quality_score"] = 10.0
+    paths = _write_shards(tmp_path, docs, 3)
+    in_order = [Document(d.id, d.text, dict(d.metadata)) for i in range(3) for d in docs[i::3]]
+    step = DedupStep()
+    kept = [d.id for d in step.run(in_order)]
+    want = {d.id: (d.metadata["reason"], d.metadata["duplicate_of"]) for d in step.rejected}
+    assert "dedup.exact_duplicate" in step.stats()["rejected"]
+
+    full = run_dedup_stages(paths, tmp_path / "full", workers=2)
+    assert _staged_removals(tmp_path / "full") == want
+    assert full["removed"] == len(want) and full["docs"] == len(docs)
+    kept_staged = []
+    for i in range(3):
+        with open_bytes(str(tmp_path / "full" / "output" / f"{i:05d}.jsonl.zst")) as f:
+            kept_staged += [json.loads(line)["id"] for line in f]
+    assert sorted(kept_staged) == sorted(kept)
+
+    # Interrupted between every pair of stages, and mid-stage (a band's pairs file and marker lost).
+    work = tmp_path / "resumed"
+    for stage in ("signatures", "buckets", "clusters"):
+        run_dedup_stages(paths, work, stop_after=stage)
+        if stage == "buckets":
+            (work / "pairs" / "003.npy").unlink()
+            (work / "pairs" / "003.done").unlink()
+    assert run_dedup_stages(paths, work) == full
+    assert _staged_removals(work) == want
+    with pytest.raises(RuntimeError, match="different dedup run"):
+        run_dedup_stages(paths, work, threshold=0.9)
