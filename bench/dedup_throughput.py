@@ -25,7 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bessemer.data.dedup import DedupStep, UnionFind, normalize_text, shingle_strings
+from bessemer.data.dedup import UnionFind, normalize_text, shingle_strings
+from bessemer.data.dedup_step import DedupStep
 from bessemer.data.document import Document
 from bessemer.data.synthetic import corpus, precision_recall
 

@@ -159,7 +159,7 @@ def read_stats(outdir: str) -> dict:
 
 
 def _run(pipeline, write_report: bool) -> int:
-    from bessemer.data.executor import run_pipeline
+    from bessemer.data.phases import run_pipeline
 
     stats = run_pipeline(pipeline)
     print_stats(stats, title=f"bessemer data: {pipeline.output.dir}")

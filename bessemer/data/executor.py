@@ -7,8 +7,8 @@ rerun skips every shard whose marker and output exist, so an interrupted run res
 finishes with the same output as an uninterrupted one. When every shard is done, the shard stats are merged
 into `<dir>/stats.json` and conservation (in = out + rejected, per step) is checked.
 
-A pipeline with a global step (`dedup`) and more than one shard runs in stages instead, per-shard ones
-around each global step: bessemer/data/phases.py.
+`run_pipeline` (bessemer/data/phases.py) drives it; a pipeline with a global step (`dedup`) and more than one
+shard runs in stages instead, per-shard ones around each global step (also phases.py).
 
 Shard assignment depends only on the sorted input list and the shard count, never on the number of
 workers, so 1 and 8 workers write identical shards.
@@ -19,7 +19,6 @@ import itertools
 import json
 import multiprocessing
 import posixpath
-import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
@@ -28,10 +27,10 @@ from typing import Any, Self
 import fsspec
 
 from bessemer.data.document import Document
-from bessemer.data.pipeline import REASON, STEPS, ExecutorConfig, Pipeline, registry_paths, step_class
-from bessemer.data.readers import InputFile, file_size, list_inputs, read_file
+from bessemer.data.pipeline import REASON, STEPS, ExecutorConfig, Pipeline, step_class
+from bessemer.data.readers import InputFile, file_size, read_file
 from bessemer.data.step import Step
-from bessemer.data.stats import StepStats, conservation_errors, merge_shards, summary
+from bessemer.data.stats import StepStats, summary
 from bessemer.data.writers import JsonlWriter, open_writer, shard_name
 from bessemer.errors import BessemerError
 
@@ -153,40 +152,6 @@ def shard_done(pipeline: Pipeline, shard: int, fp: str) -> bool:
     return True
 
 
-def run_pipeline(pipeline: Pipeline, limit_shards: int | None = None, progress: bool | None = None) -> dict:
-    """Run (or resume) the pipeline; returns the merged stats (also written to `<dir>/stats.json`).
-
-    `limit_shards` stops after processing that many shards (an interrupted run, for tests and for trying
-    a pipeline on a sample); the result then has "complete": false and no stats.json is written.
-    `progress` shows per-step counts with rich; None = only when stderr is a terminal.
-    """
-    files = list_inputs(pipeline.input.paths, pipeline.input.format)
-    n_shards = pipeline.executor.shards or max(1, len(files))
-    if n_shards > 1 and any(is_global(spec) for spec in pipeline.steps):
-        from bessemer.data.phases import run_phased
-
-        return run_phased(pipeline, files, n_shards, limit_shards, progress)
-    fp = fingerprint(pipeline, n_shards)
-    shards = assign_shards(files, n_shards)
-    todo = [i for i in range(n_shards) if not shard_done(pipeline, i, fp)]
-    if limit_shards is not None:
-        todo = todo[:limit_shards]
-    jobs = [(pipeline, i, n_shards, shards[i], fp, registry_paths()) for i in todo]
-    show = sys.stderr.isatty() if progress is None else progress
-    with _Progress(show, len(todo), [s.get("name", "?") for s in pipeline.steps]) as bar:
-        run_shard_jobs(jobs, pipeline.executor, bar.shard_done)
-    per_shard = done_shard_stats(pipeline, n_shards, fp)
-    if len(per_shard) < n_shards:
-        partial = merge_shards(per_shard) if per_shard else {}
-        return {**partial, "complete": False, "shards_done": len(per_shard), "shards": n_shards}
-    merged = {**merge_shards(per_shard), "complete": True}
-    _write_json_atomic(f"{pipeline.output.dir.rstrip('/')}/stats.json", merged)
-    errors = conservation_errors([StepStats.from_dict(s) for s in merged["steps"]])
-    if errors:
-        raise BessemerError("documents lost or created without a reason: " + "; ".join(errors))
-    return merged
-
-
 def is_global(spec: dict) -> bool:
     """Whether the step of this `[[steps]]` table is a global step (class attribute `global_step = True`):
     one that must see every shard at once, run between per-shard phases (bessemer/data/phases.py)."""
@@ -197,9 +162,9 @@ def run_shard_jobs(jobs: list[tuple], executor: ExecutorConfig, on_done: Callabl
     """Run `_run_shard_job` tuples on the configured executor: in this process, a process pool, or Ray."""
     workers = min(executor.workers, len(jobs))
     if executor.kind == "ray":
-        from bessemer.data.ray_executor import run_jobs
+        from bessemer.data.ray_executor import run_tasks
 
-        run_jobs(jobs, executor, on_done)
+        run_tasks(_run_shard_job, jobs, executor, on_done)
     elif workers <= 1:
         for job in jobs:
             on_done(_run_shard_job(job))

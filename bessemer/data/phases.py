@@ -44,7 +44,7 @@ from bessemer.data.executor import (
     shard_done,
 )
 from bessemer.data.pipeline import InputConfig, OutputConfig, Pipeline, build_step, registry_paths
-from bessemer.data.readers import InputFile
+from bessemer.data.readers import InputFile, list_inputs
 from bessemer.data.stats import StepStats, conservation_errors, merge_shards, summary
 from bessemer.data.writers import shard_name
 from bessemer.errors import BessemerError
@@ -195,3 +195,34 @@ def run_phased(pipeline: Pipeline, files: list[InputFile], n_shards: int, limit_
         raise BessemerError("documents lost or created without a reason: " + "; ".join(errors))
     return merged_all
 
+
+def run_pipeline(pipeline: Pipeline, limit_shards: int | None = None, progress: bool | None = None) -> dict:
+    """Run (or resume) the pipeline; returns the merged stats (also written to `<dir>/stats.json`).
+
+    `limit_shards` stops after processing that many shards (an interrupted run, for tests and for trying
+    a pipeline on a sample); the result then has "complete": false and no stats.json is written.
+    `progress` shows per-step counts with rich; None = only when stderr is a terminal.
+    """
+    files = list_inputs(pipeline.input.paths, pipeline.input.format)
+    n_shards = pipeline.executor.shards or max(1, len(files))
+    if n_shards > 1 and any(is_global(spec) for spec in pipeline.steps):
+        return run_phased(pipeline, files, n_shards, limit_shards, progress)
+    fp = fingerprint(pipeline, n_shards)
+    shards = assign_shards(files, n_shards)
+    todo = [i for i in range(n_shards) if not shard_done(pipeline, i, fp)]
+    if limit_shards is not None:
+        todo = todo[:limit_shards]
+    jobs = [(pipeline, i, n_shards, shards[i], fp, registry_paths()) for i in todo]
+    show = sys.stderr.isatty() if progress is None else progress
+    with _Progress(show, len(todo), [s.get("name", "?") for s in pipeline.steps]) as bar:
+        run_shard_jobs(jobs, pipeline.executor, bar.shard_done)
+    per_shard = done_shard_stats(pipeline, n_shards, fp)
+    if len(per_shard) < n_shards:
+        partial = merge_shards(per_shard) if per_shard else {}
+        return {**partial, "complete": False, "shards_done": len(per_shard), "shards": n_shards}
+    merged = {**merge_shards(per_shard), "complete": True}
+    _write_json_atomic(f"{pipeline.output.dir.rstrip('/')}/stats.json", merged)
+    errors = conservation_errors([StepStats.from_dict(s) for s in merged["steps"]])
+    if errors:
+        raise BessemerError("documents lost or created without a reason: " + "; ".join(errors))
+    return merged

@@ -64,7 +64,7 @@ STEPS: dict[str, type | str] = {
     "normalize": "bessemer.data.normalize:NormalizeStep",
     "quality": "bessemer.data.quality:QualityStep",
     "extract": "bessemer.data.extract:ExtractStep",
-    "dedup": "bessemer.data.dedup:DedupStep",
+    "dedup": "bessemer.data.dedup_step:DedupStep",
     "semantic-dedup": "bessemer.data.semantic:SemanticDedupStep",
 }
 

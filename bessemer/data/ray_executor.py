@@ -74,11 +74,3 @@ def run_tasks(fn: Callable, jobs: list, config: ExecutorConfig, on_done: Callabl
         finally:
             for ref in pending:  # on a shared cluster, don't leave the rest of a failed run running
                 ray.cancel(ref)
-
-
-def run_jobs(jobs: list[tuple], config: ExecutorConfig, on_done: Callable[[dict], None]) -> None:
-    """Run every shard job (the local executor's `_run_shard_job` tuples) as a Ray task; `on_done` gets each
-    shard's stats as it finishes, in completion order. Joins an already initialized Ray as it is."""
-    from bessemer.data.executor import _run_shard_job
-
-    run_tasks(_run_shard_job, jobs, config, on_done)

@@ -92,7 +92,7 @@ def build_raw_corpus(out_dir: str | Path, code_bytes: int = 2_000_000, prose_byt
 def curate(raw_dir: str | Path, out_dir: str | Path, pipeline_file: str | Path = PIPELINE_FILE) -> dict:
     """Run the demo's curation pipeline (configs/demo_pipeline.toml) from `raw_dir` into `out_dir` (kept
     shards, `rejected/`, `stats.json`); returns the stats."""
-    from bessemer.data.executor import run_pipeline
+    from bessemer.data.phases import run_pipeline
     from bessemer.data.pipeline import load_pipeline
 
     pipeline = load_pipeline(pipeline_file)

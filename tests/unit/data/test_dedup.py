@@ -9,7 +9,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from dedup_corpus import corpus, precision_recall
 
 from bessemer.data.dedup import (
-    DedupStep,
     MinHashConfig,
     _minhash_rows,
     normalize_text,
@@ -17,6 +16,7 @@ from bessemer.data.dedup import (
     shingle_strings,
 )
 from bessemer.data.dedup_stages import run_dedup_stages
+from bessemer.data.dedup_step import DedupStep
 from bessemer.data.document import Document
 from bessemer.data.readers import open_bytes
 from bessemer.data.writers import JsonlWriter

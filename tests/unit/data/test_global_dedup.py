@@ -6,9 +6,9 @@ import pytest
 
 from bessemer.cli import main
 from bessemer.data import dedup_stages
-from bessemer.data.dedup import DedupStep
+from bessemer.data.dedup_step import DedupStep
 from bessemer.data.document import Document
-from bessemer.data.executor import run_pipeline
+from bessemer.data.phases import run_pipeline
 from bessemer.data.phases import plan
 from bessemer.data.pipeline import Pipeline, register_step
 from bessemer.data.readers import open_bytes

@@ -9,7 +9,7 @@ import pytest
 import zstandard
 
 from bessemer.data import pipeline as pipeline_mod
-from bessemer.data.executor import run_pipeline
+from bessemer.data.phases import run_pipeline
 from bessemer.data.pipeline import Pipeline, load_pipeline, reject
 from bessemer.errors import BessemerError, ConfigError
 
@@ -244,7 +244,7 @@ def test_data_package_never_imports_torch(tmp_path):
     code = textwrap.dedent(f"""
         import sys
         from bessemer.data.pipeline import Pipeline
-        from bessemer.data.executor import run_pipeline
+        from bessemer.data.phases import run_pipeline
         import bessemer.data.readers, bessemer.data.writers, bessemer.data.stats, bessemer.data.pii
         run_pipeline(Pipeline.from_dict({{"input": {{"paths": [{str(tmp_path / 'in')!r}]}},
                                           "steps": [{{"name": "pii"}}], "output": {{"dir": {str(tmp_path / 'o')!r}}}}}))

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from bessemer.data.executor import run_pipeline
+from bessemer.data.phases import run_pipeline
 from bessemer.data.pipeline import Pipeline
 from tests.unit.data.test_pipeline import shard_files, write_inputs
 
