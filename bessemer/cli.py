@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from bessemer.errors import BessemerError, TrainingInterrupted
+from bessemer.proc import exit_rank, to_console
 
 
 def _positive(text: str) -> int:
@@ -185,31 +186,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args, extra)
     except BessemerError as e:
-        print(f"bessemer {args.command}: error: {e}", file=sys.stderr)
+        to_console(f"bessemer {args.command}: error: {e}")
         return 2
     except ImportError as e:  # an optional dependency: the message says what to install
-        print(f"bessemer {args.command}: error: {e}", file=sys.stderr)
+        to_console(f"bessemer {args.command}: error: {e}")
         return 2
     except TrainingInterrupted as e:
-        print(f"bessemer {args.command}: {e}", file=sys.stderr)
+        to_console(f"bessemer {args.command}: {e}")
         return e.exit_code
     except KeyboardInterrupt:
-        print(f"bessemer {args.command}: interrupted", file=sys.stderr)
+        to_console(f"bessemer {args.command}: interrupted")
         return 130
-
-
-def _exit_rank(code: int) -> None:
-    """A rank under torchrun leaves without interpreter finalization once its work is done (process group
-    destroyed, files closed): gloo's worker threads can still hold tensors then, and tearing them down during
-    finalization aborts the process now and then (SIGABRT, "terminate called without an active exception"),
-    which would turn a finished run into a failed one."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 if __name__ == "__main__":
     status = main()
     if "TORCHELASTIC_RUN_ID" in os.environ:
-        _exit_rank(status)
+        exit_rank(status)  # no interpreter finalization under torchrun (gloo teardown abort)
     sys.exit(status)

@@ -1,6 +1,8 @@
 """The cold tier as the trainer uses it: every `interval_hours` of wall time, rank 0 hands the newest macro
-checkpoint to a background uploader (compressed, encrypted: cold.py); on recovery, when no local checkpoint
-is intact, rank 0 downloads the newest backup into the macro directory. No torch."""
+checkpoint to a background uploader (compressed, encrypted: cold.py) — from the checkpointer's housekeeping
+thread, so no rank waits for the snapshot; on recovery, when no local checkpoint is intact, rank 0 downloads the
+newest backup into the macro directory on a thread of its own while the other ranks poll. Snapshots that a
+killed process left behind are cleared with the macro tier's other leftovers at start-up. No torch."""
 
 import shutil
 import time
@@ -26,13 +28,6 @@ class ColdTier:
         self.store = cold_store(cfg)  # reads the key now: a missing key fails at start, not hours later
         self.uploader = AsyncUploader(self.store, keep=cfg.keep, on_done=on_done)
         self.last_submit: float | None = None
-
-    @staticmethod
-    def remove_stale_staging(macro_dir: Path) -> None:
-        """Snapshots that a killed process left for uploads that never finished (hard links that would keep
-        pruned checkpoints' blocks allocated)."""
-        for stale in macro_dir.glob(".cold-staging-*"):
-            shutil.rmtree(stale, ignore_errors=True)
 
     def committed(self, tier: str, step: int, path: Path) -> None:
         """A checkpoint was committed: back it up if it is a macro one and the interval has passed."""

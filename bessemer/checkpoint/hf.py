@@ -11,8 +11,11 @@ are untouched. This is the `permute` of transformers' convert_llama_weights_to_h
 """
 
 import json
+import math
 import os
 import shutil
+import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -204,30 +207,76 @@ def _write_json(path: Path, obj: dict) -> None:
     _fsync(path)
 
 
-def _to_hf_tensors(state: dict[str, torch.Tensor], args: ModelArgs, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
+    """Our parameter name -> its full shape, for a model with these dims (the tied head included)."""
+    kv_dim = args.n_kv_heads * args.head_dim
+    layer = {"attention.wq.weight": (args.dim, args.dim), "attention.wk.weight": (kv_dim, args.dim),
+             "attention.wv.weight": (kv_dim, args.dim), "attention.wo.weight": (args.dim, args.dim),
+             "feed_forward.w1.weight": (args.ffn_hidden, args.dim),
+             "feed_forward.w2.weight": (args.dim, args.ffn_hidden),
+             "feed_forward.w3.weight": (args.ffn_hidden, args.dim),
+             "attention_norm.weight": (args.dim,), "ffn_norm.weight": (args.dim,)}
+    shapes = {"tok_embeddings.weight": (args.vocab_size, args.dim), "norm.weight": (args.dim,),
+              "output.weight": (args.vocab_size, args.dim)}
+    return {ours: shapes.get(ours) or layer[ours.split(".", 2)[2]] for ours in name_map(args)}
+
+
+def _rope_heads(ours: str, args: ModelArgs) -> int:
+    """How many heads wq / wk hold (their rows are permuted per head); 0 for every other parameter."""
+    if ours.endswith("attention.wq.weight"):
+        return args.n_heads
+    return args.n_kv_heads if ours.endswith("attention.wk.weight") else 0
+
+
+_ST_DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
+
+
+def write_safetensors(path: Path, shapes: dict[str, tuple[int, ...]], dtype: torch.dtype,
+                      tensor: Callable[[str], torch.Tensor]) -> None:
+    """Write a safetensors file one tensor at a time: the header from the known shapes, then each tensor's
+    bytes as `tensor(name)` returns it (cast to `dtype`), so memory holds one tensor, never the model."""
+    header, offset = {"__metadata__": {"format": "pt"}}, 0  # transformers refuses files without the format
+    size = torch.empty((), dtype=dtype).element_size()
+    for name, shape in shapes.items():
+        n = math.prod(shape) * size
+        header[name] = {"dtype": _ST_DTYPES[dtype], "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)  # the data starts 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(blob)) + blob)
+        for name, shape in shapes.items():
+            t = tensor(name).detach().to("cpu", dtype).contiguous()
+            if tuple(t.shape) != tuple(shape):
+                raise BessemerError(f"{name} has shape {tuple(t.shape)}, expected {tuple(shape)}")
+            f.write(t.view(torch.uint8).numpy().data)
+            del t
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def export_tensors(args: ModelArgs, dtype: torch.dtype,
+                   read: Callable[[str], torch.Tensor]) -> tuple[dict[str, tuple[int, ...]], Callable]:
+    """transformers' names with their shapes, and a function giving one of them from `read` (our name -> a
+    full tensor), converted: the wq/wk row permutation and the dtype."""
     names = name_map(args)
+    shapes = expected_shapes(args)
     if args.tie_embeddings:
-        # One tensor in the file: transformers ties lm_head to embed_tokens itself (safetensors also refuses
-        # tensors that share memory).
+        # One tensor in the file: transformers ties lm_head to embed_tokens itself.
         names.pop("output.weight")
-        out = state.get("output.weight")
-        if out is not None and not torch.equal(out, state.get("tok_embeddings.weight", out)):
-            raise BessemerError("tie_embeddings is set but output.weight differs from tok_embeddings.weight")
-    missing = sorted(set(names) - set(state))
-    if missing:
-        raise BessemerError(f"the state dict lacks {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''} "
-                            f"— export needs the full model (all layers, unsharded)")
-    tensors = {}
-    for ours, theirs in names.items():
-        t = state[ours]
+    ours_of = {theirs: ours for ours, theirs in names.items()}
+
+    def tensor(theirs: str) -> torch.Tensor:
+        ours = ours_of[theirs]
+        t = read(ours)
         if isinstance(t, DTensor):
             raise BessemerError(f"{ours} is a DTensor shard; gather a full state dict first (e.g. "
                                 f"get_model_state_dict with full_state_dict=True)")
         t = t.detach().to("cpu", dtype)
-        if ours.endswith(("attention.wq.weight", "attention.wk.weight")):
-            t = _to_half_rotation(t, args.n_heads if ours.endswith("wq.weight") else args.n_kv_heads)
-        tensors[theirs] = t.contiguous()
-    return tensors
+        heads = _rope_heads(ours, args)
+        return _to_half_rotation(t, heads) if heads else t
+
+    return {theirs: shapes[ours] for ours, theirs in names.items()}, tensor
 
 
 def _tokenizer_files(tokenizer_dir: Path, dest: Path, max_seq_len: int, vocab_size: int) -> dict[str, int]:
@@ -265,6 +314,26 @@ def export_hf(state: dict[str, torch.Tensor], args: ModelArgs, out_dir: Path, ma
     sibling directory that is renamed into place, so a crash never leaves a half-written export;
     an existing non-empty out_dir is replaced only with overwrite=True.
     """
+    names = name_map(args)
+    if dtype not in _DTYPES:
+        raise BessemerError(f"cannot export as {dtype}; choose one of {', '.join(map(str, _DTYPES))}")
+    if args.tie_embeddings:
+        out = state.get("output.weight")
+        if out is not None and not torch.equal(out, state.get("tok_embeddings.weight", out)):
+            raise BessemerError("tie_embeddings is set but output.weight differs from tok_embeddings.weight")
+        names.pop("output.weight")
+    missing = sorted(set(names) - set(state))
+    if missing:
+        raise BessemerError(f"the state dict lacks {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''} "
+                            f"— export needs the full model (all layers, unsharded)")
+    return write_hf_dir(args, out_dir, max_seq_len, state.__getitem__, tokenizer_dir, dtype, overwrite=overwrite)
+
+
+def write_hf_dir(args: ModelArgs, out_dir: Path, max_seq_len: int, read: Callable[[str], torch.Tensor],
+                 tokenizer_dir: Path | None = None, dtype: torch.dtype = torch.float32, *,
+                 overwrite: bool = False) -> Path:
+    """export_hf with the weights fetched one at a time, `read(our name)` returning a full tensor: memory holds
+    one tensor, never the model (`bessemer ckpt export-hf` reads them from the checkpoint this way)."""
     if dtype not in _DTYPES:
         raise BessemerError(f"cannot export as {dtype}; choose one of {', '.join(map(str, _DTYPES))}")
     out_dir = Path(out_dir)
@@ -273,17 +342,14 @@ def export_hf(state: dict[str, torch.Tensor], args: ModelArgs, out_dir: Path, ma
     if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
         raise BessemerError(f"{out_dir} already exists and is not empty; remove it, pass overwrite=True or "
                             f"choose another directory")
-    tensors = _to_hf_tensors(state, args, dtype)
-
+    shapes, tensor = export_tensors(args, dtype, read)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)  # left over from a crashed export
     tmp.mkdir()
     try:
         special_ids = _tokenizer_files(tokenizer_dir, tmp, max_seq_len, args.vocab_size) if tokenizer_dir else {}
-        # transformers refuses safetensors files without format metadata.
-        _safetensors().save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
-        _fsync(tmp / WEIGHTS_FILE)
+        write_safetensors(tmp / WEIGHTS_FILE, shapes, dtype, tensor)
         _write_json(tmp / CONFIG_FILE, hf_config(args, max_seq_len, dtype, special_ids))
         if special_ids:
             _write_json(tmp / "generation_config.json", {
@@ -313,16 +379,85 @@ def _replace_dir(tmp: Path, out_dir: Path) -> None:
 # ---------------------------------------------------------------------------------------------------- import
 
 
-def _read_weights(hf_dir: Path) -> dict[str, torch.Tensor]:
-    st = _safetensors()
+def _weight_files(hf_dir: Path) -> dict[str, Path]:
+    """transformers' tensor name -> the safetensors file holding it (headers only, no weights read)."""
     single, index = hf_dir / WEIGHTS_FILE, hf_dir / WEIGHTS_INDEX_FILE
     if single.is_file():
-        return st.load_file(str(single))
-    if index.is_file():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return {k: v for name in files for k, v in st.load_file(str(hf_dir / name)).items()}
-    raise BessemerError(f"{hf_dir} holds neither {WEIGHTS_FILE} nor {WEIGHTS_INDEX_FILE} (only safetensors "
-                        f"weights are read; pickled .bin files are not)")
+        files = [single]
+    elif index.is_file():
+        files = [hf_dir / name for name in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
+    else:
+        raise BessemerError(f"{hf_dir} holds neither {WEIGHTS_FILE} nor {WEIGHTS_INDEX_FILE} (only safetensors "
+                            f"weights are read; pickled .bin files are not)")
+    safe_open = _safetensors().safe_open
+    where = {}
+    for path in files:
+        with safe_open(str(path), framework="pt") as f:
+            where.update({k: path for k in f.keys()})  # noqa: SIM118 (a safe_open handle, not a dict)
+    return where
+
+
+class HFWeights:
+    """A transformers Llama directory read lazily: `read(our name, rows, cols)` returns just that region of
+    the parameter, in our layout, read from the safetensors file (only those bytes)."""
+
+    def __init__(self, hf_dir: Path, args: ModelArgs | None = None):
+        self.dir = hf_dir = Path(hf_dir)
+        self.args = check_compatible(hf_dir, args) if args is not None else args_from_config(
+            read_config(hf_dir), hf_dir / CONFIG_FILE)
+        # Old exports carry the RoPE table as a buffer; it is derived from the config, so it is ignored.
+        self.files = {k: v for k, v in _weight_files(hf_dir).items() if not k.endswith("rotary_emb.inv_freq")}
+        names = name_map(self.args)
+        if self.args.tie_embeddings:
+            names.pop("output.weight")
+            self.files.pop("lm_head.weight", None)  # some exports write it anyway; transformers ignores it when tied
+        missing = sorted(set(names.values()) - set(self.files))
+        unexpected = sorted(set(self.files) - set(names.values()))
+        if missing or unexpected:
+            raise BessemerError(f"{hf_dir}: weights do not match config.json — missing {missing[:5]}, "
+                                f"unexpected {unexpected[:5]}")
+        if self.args.tie_embeddings:
+            names["output.weight"] = names["tok_embeddings.weight"]
+        self.names, self.shapes = names, expected_shapes(self.args)
+        safe_open = _safetensors().safe_open
+        for path in sorted(set(self.files.values())):
+            with safe_open(str(path), framework="pt") as f:
+                for ours, theirs in names.items():
+                    if self.files[theirs] == path:
+                        got = tuple(f.get_slice(theirs).get_shape())
+                        if got != self.shapes[ours]:
+                            raise BessemerError(f"{hf_dir}: {theirs} has shape {got} but config.json implies "
+                                                f"{self.shapes[ours]}")
+
+    def read(self, ours: str, rows: slice | None = None, cols: tuple[slice, ...] = ()) -> torch.Tensor:
+        shape = self.shapes[ours]
+        lo, hi = (rows.start, rows.stop) if rows is not None else (0, shape[0])
+        heads = _rope_heads(ours, self.args)
+        hd = shape[0] // heads if heads else 1
+        first, last = lo // hd * hd, -(-hi // hd) * hd  # wq/wk: whole heads, since rows move within a head
+        theirs = self.names[ours]
+        with _safetensors().safe_open(str(self.files[theirs]), framework="pt") as f:
+            t = f.get_slice(theirs)[(slice(first, last), *cols)]
+        if heads:
+            t = _from_half_rotation(t, (last - first) // hd)
+        return t[lo - first:hi - first].contiguous()
+
+
+@torch.no_grad()
+def load_hf_into(hf_dir: Path, args: ModelArgs, parts: list[torch.nn.Module]) -> None:
+    """Fill the parameters of `parts` (whole models, pipeline stages, FSDP or tensor-parallel shards) from a
+    transformers Llama directory, each rank reading only the rows and columns of its own shards: memory
+    holds this rank's shards plus one region being copied, never the model."""
+    from bessemer.model.llama import local_part
+
+    weights = HFWeights(hf_dir, args)
+    for part in parts:
+        for name, p in part.named_parameters():
+            local, offset = local_part(p)
+            if local.numel() == 0:
+                continue
+            cols = tuple(slice(o, o + n) for o, n in zip(offset[1:], local.shape[1:]))
+            local.copy_(weights.read(name, slice(offset[0], offset[0] + local.shape[0]), cols))
 
 
 def load_hf(hf_dir: Path, args: ModelArgs | None = None) -> tuple[dict[str, torch.Tensor], ModelArgs]:
@@ -330,42 +465,11 @@ def load_hf(hf_dir: Path, args: ModelArgs | None = None) -> tuple[dict[str, torc
 
     With `args`, the config must match them (see check_compatible). Tensors keep the file's dtype. With tied
     embeddings both tok_embeddings.weight and output.weight name the same tensor, as in our model's
-    state_dict().
+    state_dict(). This holds the whole model; `load_hf_into` fills a (sharded) model part by part instead.
     """
-    hf_dir = Path(hf_dir)
-    hf_args = check_compatible(hf_dir, args) if args is not None else args_from_config(
-        read_config(hf_dir), hf_dir / CONFIG_FILE)
-    tensors = _read_weights(hf_dir)
-    # Old exports carry the RoPE table as a buffer; it is derived from the config, so it is dropped.
-    tensors = {k: v for k, v in tensors.items() if not k.endswith("rotary_emb.inv_freq")}
-    names = name_map(hf_args)
-    if hf_args.tie_embeddings:
-        names.pop("output.weight")
-        tensors.pop("lm_head.weight", None)  # some exports write it anyway; transformers ignores it when tied
-    missing = sorted(set(names.values()) - set(tensors))
-    unexpected = sorted(set(tensors) - set(names.values()))
-    if missing or unexpected:
-        raise BessemerError(f"{hf_dir}: weights do not match config.json — missing {missing[:5]}, "
-                            f"unexpected {unexpected[:5]}")
-
-    kv_dim = hf_args.n_kv_heads * hf_args.head_dim
-    layer_shapes = {"attention.wq.weight": (hf_args.dim, hf_args.dim), "attention.wk.weight": (kv_dim, hf_args.dim),
-                    "attention.wv.weight": (kv_dim, hf_args.dim), "attention.wo.weight": (hf_args.dim, hf_args.dim),
-                    "feed_forward.w1.weight": (hf_args.ffn_hidden, hf_args.dim),
-                    "feed_forward.w2.weight": (hf_args.dim, hf_args.ffn_hidden),
-                    "feed_forward.w3.weight": (hf_args.ffn_hidden, hf_args.dim),
-                    "attention_norm.weight": (hf_args.dim,), "ffn_norm.weight": (hf_args.dim,)}
-    shapes = {"tok_embeddings.weight": (hf_args.vocab_size, hf_args.dim), "norm.weight": (hf_args.dim,),
-              "output.weight": (hf_args.vocab_size, hf_args.dim)}
-    state = {}
-    for ours, theirs in names.items():
-        t = tensors[theirs]
-        want = shapes.get(ours) or layer_shapes[ours.split(".", 2)[2]]
-        if tuple(t.shape) != want:
-            raise BessemerError(f"{hf_dir}: {theirs} has shape {tuple(t.shape)} but config.json implies {want}")
-        if ours.endswith(("attention.wq.weight", "attention.wk.weight")):
-            t = _from_half_rotation(t, hf_args.n_heads if ours.endswith("wq.weight") else hf_args.n_kv_heads)
-        state[ours] = t.contiguous()
-    if hf_args.tie_embeddings:
+    weights = HFWeights(hf_dir, args)
+    state = {ours: weights.read(ours) for ours in weights.names if not (
+        weights.args.tie_embeddings and ours == "output.weight")}
+    if weights.args.tie_embeddings:
         state["output.weight"] = state["tok_embeddings.weight"]
-    return state, hf_args
+    return state, weights.args

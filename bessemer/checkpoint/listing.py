@@ -4,7 +4,7 @@ import tomllib
 from pathlib import Path
 
 from bessemer.checkpoint.manifest import check, read_manifest
-from bessemer.checkpoint.paths import tier_dirs, step_of
+from bessemer.checkpoint.paths import node_local, read_commits, step_of, tier_dirs
 from bessemer.config import CheckpointConfig, JobConfig, load_config
 
 
@@ -22,7 +22,12 @@ def run_checkpoint_config(run_dir: Path) -> CheckpointConfig:
 def list_checkpoints(run_dir: Path, verify: bool = True) -> list[dict]:
     """One row per checkpoint directory of each local tier (committed or not)."""
     rows = []
-    for tier, directory in tier_dirs(run_checkpoint_config(run_dir), Path(run_dir)).items():
+    cfg = run_checkpoint_config(run_dir)
+    dirs = [(tier, directory) for tier, directory in tier_dirs(cfg, Path(run_dir)).items()]
+    if node_local(cfg):  # every node's directory the commit record names (those visible from here are listed)
+        named = {Path(d) for e in read_commits(cfg, Path(run_dir)) for d in e.get("dirs", {}).values()}
+        dirs += [("micro", d) for d in sorted(named - {dirs[0][1]})]
+    for tier, directory in dirs:
         if not directory.is_dir():
             continue
         for path in sorted(p for p in directory.iterdir() if p.is_dir() and p.name.startswith("step_")):

@@ -13,13 +13,13 @@ import platform
 import time
 from pathlib import Path
 
-from bessemer.checkpoint.paths import MANIFEST, step_of
+from bessemer.checkpoint.paths import MANIFEST, fsync_dir, step_of  # noqa: F401 - fsync_dir: its old home
 
 FORMAT = 1
 _CHUNK = 8 << 20
 
 
-def _hasher(algo: str):
+def hasher(algo: str):
     if algo == "xxh3":
         import xxhash
 
@@ -30,19 +30,11 @@ def _hasher(algo: str):
 
 
 def checksum(path: Path, algo: str) -> str:
-    h = _hasher(algo)
+    h = hasher(algo)
     with open(path, "rb") as f:
         while chunk := f.read(_CHUNK):
             h.update(chunk)
     return h.hexdigest()
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def files_of(directory: Path) -> list[str]:
@@ -92,20 +84,33 @@ def check(directory: Path, files: list[str] | None = None) -> list[str]:
         manifest = read_manifest(directory)
     except ValueError as e:
         return [str(e)]
-    problems = []
-    if step_of(directory) is not None and manifest.get("step") != step_of(directory):
-        problems.append(f"{directory / MANIFEST}: manifest step {manifest.get('step')} but directory "
-                        f"{directory.name} (edited or moved)")
+    problems = [p for p in [step_problem(directory, manifest)] if p]
     algo = manifest.get("checksum")
     for rel, want in sorted(manifest["files"].items()):
         if files is not None and rel not in files:
             continue
-        path = directory / rel
-        if not path.is_file():
-            problems.append(f"{path}: missing")
-        elif path.stat().st_size != want.get("size"):
-            problems.append(f"{path}: {path.stat().st_size} bytes, manifest says {want.get('size')} (truncated or "
-                            f"altered)")
-        elif checksum(path, algo) != want.get(algo):
-            problems.append(f"{path}: {algo} checksum does not match the manifest (corrupted)")
+        problem = file_problem(directory / rel, want, algo)
+        if problem:
+            problems.append(problem)
     return problems
+
+
+def step_problem(directory: Path, manifest: dict) -> str | None:
+    if step_of(directory) is not None and manifest.get("step") != step_of(directory):
+        return (f"{directory / MANIFEST}: manifest step {manifest.get('step')} but directory {directory.name} "
+                f"(edited or moved)")
+    return None
+
+
+def file_problem(path: Path, want: dict, algo: str, size: int | None = None, digest: str | None = None) -> str | None:
+    """What is wrong with one file against its manifest entry `want`, or None. Given the `size` and `digest` of
+    the bytes already read, nothing is read again."""
+    if size is None:
+        if not path.is_file():
+            return f"{path}: missing"
+        size = path.stat().st_size
+    if size != want.get("size"):
+        return f"{path}: {size} bytes, manifest says {want.get('size')} (truncated or altered)"
+    if (digest if digest is not None else checksum(path, algo)) != want.get(algo):
+        return f"{path}: {algo} checksum does not match the manifest (corrupted)"
+    return None

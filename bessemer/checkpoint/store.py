@@ -1,7 +1,7 @@
 """Saving and restoring the registry of Stateful components, in tiers, with an atomic commit.
 
 The trainer hands over a dict name -> object with state_dict()/load_state_dict(); nothing is saved ad hoc.
-One checkpoint, in any tier and with any number of ranks (one process included):
+One checkpoint of a shared tier (macro; micro unless node-local), with any number of ranks:
 
     step_00000050/
       __0_0.distcp ...   model and optimizer through torch.distributed.checkpoint: each rank writes its
@@ -9,16 +9,23 @@ One checkpoint, in any tier and with any number of ranks (one process included):
       rank00000.pt ...   each rank's small state: loss scaler, loader position, RNG, counters, LR schedule
       manifest.json      size + checksum of every file, step, tier, layout, versions (macro: the config)
 
-The commit protocol: write under `step_N.tmp/` (every file fsynced), checksum the files (split over the
-ranks), write the manifest last, rename to `step_N/`, fsync the tier directory, replace `latest`. A crash at
-any point leaves either the previous checkpoints alone or a complete new one; `.tmp` directories are never
-loaded and are removed by the next save.
+A node-local micro tier (`{node}` in its directory) holds each node's part in local.py's format instead, and
+the commit record (paths.py) says which steps every node committed.
+
+The commit protocol: every rank writes under `step_N.tmp/` (every file fsynced) and checksums its share; the
+directory's owner (rank 0; a node's local rank 0 for its node-local part) writes the manifest last, renames to
+`step_N/`, fsyncs the tier directory and replaces `latest`. A crash at any point leaves either the previous
+checkpoints alone or a complete new one; `.tmp` directories are never loaded. No collective waits on one
+rank's file work: the commit runs after the ranks' last agreement, pruning and deletions on a background
+thread (housekeeping.py), a cold restore on rank 0's thread while the others poll.
 """
 
 import contextlib
 import hashlib
+import io
 import os
 import shutil
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -31,20 +38,26 @@ from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
 
 from bessemer import __version__
-from bessemer.checkpoint.manifest import (check, describe_files, files_of, fsync_dir, read_manifest,
+from bessemer.checkpoint.housekeeping import Housekeeper, clear_leftovers, trash
+from bessemer.checkpoint.local import STORAGE, load_sharded, read_rank, save_rank
+from bessemer.checkpoint.manifest import (check, describe_files, fsync_dir, read_manifest, step_problem,
                                           write_manifest)
-from bessemer.checkpoint.paths import LATEST, candidates, committed, step_dir, tier_dirs
+from bessemer.checkpoint.paths import (LATEST, candidates, committed, node_local, read_commits, step_dir, step_of,
+                                       tier_dirs, write_commits)
+from bessemer.checkpoint.reading import Damaged, VerifyingReader, read_verified
 from bessemer.config import CheckpointConfig
 from bessemer.errors import BessemerError
 from bessemer.parallel.reduce import local
 
 SHARDED = ("model", "optimizer")
 ABSURD = 1e10  # |x| above this in weights or optimizer moments: a checkpoint not worth resuming from
+POLL_S = 1.0  # while rank 0 restores from the cold tier, the others ask every POLL_S whether it is done
 
 # DCP warns on every save and load in a single process that it assumes one process: it is right.
 warnings.filterwarnings("ignore", message="torch.distributed is (disabled, )?unavailable or uninitialized")
 
 Event = Callable[..., None]  # event(name, step, **fields)
+Candidate = tuple[int, str, Path]  # (step, tier, path)
 
 if TYPE_CHECKING:
     from bessemer.checkpoint.backup import ColdTier
@@ -105,20 +118,39 @@ def config_hash(config_toml: str) -> str:
     return hashlib.sha256(config_toml.encode()).hexdigest()[:16]
 
 
+def owned_dirs(cfg: CheckpointConfig, run_dir: Path, rank: int, local_rank: int, node: int) -> list[Path]:
+    """The tier directories whose commits and housekeeping are this rank's: the shared ones on rank 0, a
+    node-local micro directory on its node's local rank 0."""
+    dirs = tier_dirs(cfg, run_dir, node)
+    mine = [dirs["macro"]] + ([] if node_local(cfg) else [dirs["micro"]]) if rank == 0 else []
+    return mine + ([dirs["micro"]] if node_local(cfg) and local_rank == 0 else [])
+
+
+def clear_tier_leftovers(cfg: CheckpointConfig, run_dir: Path, rank: int = 0, local_rank: int = 0,
+                         node: int = 0) -> None:
+    """Call before the process group exists, on every rank (each node's ranks clear their own directories in
+    parallel): what a killed attempt left behind is set aside, then deleted in the background."""
+    clear_leftovers(owned_dirs(cfg, run_dir, rank, local_rank, node))
+
+
 class Checkpointer:
     """Saves to the micro and macro tiers and recovers from the newest intact checkpoint among them.
 
     `meta` goes into every manifest (layout, config hash); `config` (the resolved TOML) into macro ones.
     `event(name, step, **fields)` reports committed saves, failed ones and checkpoints skipped during
-    recovery. `midway(step)` runs halfway through a save (fault injection).
+    recovery. `midway(step)` runs halfway through a save (fault injection). `node` and `local_rank` place
+    this rank for a node-local micro tier.
     """
 
     def __init__(self, cfg: CheckpointConfig, run_dir: Path, states: dict[str, Stateful], rank: int = 0,
                  world_size: int = 1, meta: dict | None = None, config: str = "", event: Event | None = None,
                  midway: Callable[[int], None] | None = None,
-                 committed: Callable[[str, int, Path], None] | None = None):
+                 committed: Callable[[str, int, Path], None] | None = None, local_rank: int = 0, node: int = 0):
         self.cfg = cfg
-        self.tiers = tier_dirs(cfg, run_dir)
+        self.run_dir = Path(run_dir)
+        self.node, self.local_rank = node, local_rank
+        self.node_local = node_local(cfg)
+        self.tiers = tier_dirs(cfg, run_dir, node)
         self.states = states
         self.rank, self.world_size = rank, world_size
         self.distributed = world_size > 1 and dist.is_initialized()
@@ -134,10 +166,20 @@ class Checkpointer:
         self.last_save_s: float | None = None  # the training time the last save cost (the stall, when async)
         self.last_micro_step = 0
         self.micro_interval = cfg.micro.interval if cfg.micro.interval != "auto" else 1  # auto: measure first
+        self.housekeeper = Housekeeper()
         # An async save runs DCP's collectives in a background thread: on the training loop's group they could
         # pair with the loop's own collectives in a different order on each rank, and NCCL groups cannot run
         # them at all. So async saves get a gloo group of their own (created on every rank, in order).
         self.async_group = dist.new_group(backend="gloo") if cfg.async_save and self.distributed else None
+        if not self.distributed:  # distributed, the trainer does this before the process group exists
+            clear_tier_leftovers(cfg, run_dir, rank, local_rank, node)
+
+    def _owner(self, tier: str) -> bool:
+        """Whether this rank commits to (and prunes) `tier`'s directory."""
+        return self.local_rank == 0 if tier == "micro" and self.node_local else self.rank == 0
+
+    def _local(self, tier: str) -> bool:
+        return tier == "micro" and self.node_local
 
     # ------------------------------------------------------------------------------------------- when
 
@@ -152,49 +194,69 @@ class Checkpointer:
         # Fixed intervals fall on multiples, so a resumed run saves at the steps an uninterrupted one does.
         return "micro" if step % self.micro_interval == 0 else None
 
-    # ------------------------------------------------------------------------------------------- save
-
-    def _barrier(self) -> None:
-        if self.distributed:
-            dist.barrier()
+    # ------------------------------------------------------------------------------------------- agreement
 
     def _any(self, flag: bool) -> bool:
-        """Whether any rank raised `flag`."""
+        """Whether any rank raised `flag` (on CPU: gloo carries it, also next to NCCL)."""
         if not self.distributed:
             return flag
-        t = torch.tensor([int(flag)], device=_collective_device())
+        t = torch.tensor([int(flag)])
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return bool(t.item())
 
+    def _everyone(self, obj) -> list:
+        """Every rank's `obj`, in rank order, on every rank."""
+        if not self.distributed:
+            return [obj]
+        out = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def _from_rank0(self, obj):
+        if not self.distributed:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    # ------------------------------------------------------------------------------------------- save
+
     def save(self, step: int, tier: str) -> Path | None:
         """Save every component as checkpoint `step` of `tier`; returns its path, or None when the save failed
-        and checkpoint.on_error is "continue" (the partial save removed, an alert raised)."""
+        and checkpoint.on_error is "continue" (the partial save removed, an alert raised). Across ranks the
+        answer is agreed: a failed write on any rank fails the save on all; a commit that fails afterwards on
+        the directory's owner is that rank's alert (the checkpoint is then not loadable, never half-loaded)."""
         t0 = time.perf_counter()
-        self.finish()  # at most one save in flight
+        self._finish_pending()
+        self._report_housekeeping(step)
         final = step_dir(self.tiers[tier], step)
         tmp = final.with_name(final.name + ".tmp")
-        error = None
+        error, future, files, names = None, None, {}, []
         try:
-            if self.rank == 0:
-                shutil.rmtree(tmp, ignore_errors=True)
-                tmp.mkdir(parents=True)
-        except OSError as e:
-            error = e
-        if self._any(error is not None):
-            return self._failed(step, tier, tmp, error)
-        future = None
-        try:
+            # Every rank: nobody waits for another to create it (a leftover was cleared at start-up).
+            tmp.mkdir(parents=True, exist_ok=True)
+            small = {k: v.state_dict() for k, v in self.states.items() if k not in SHARDED}
             sharded = {k: self.states[k] for k in SHARDED if k in self.states}
-            import torch.distributed.checkpoint as dcp
-
-            if self.cfg.async_save:
-                future = dcp.async_save(sharded, checkpoint_id=str(tmp), process_group=self.async_group)
+            if self._local(tier):
+                self.midway(step)
+                name = rank_file(tmp, self.rank).name
+                files = {name: save_rank(tmp / name, sharded, small, self.cfg.checksum)}
             else:
-                dcp.save(sharded, checkpoint_id=str(tmp))
-            self.midway(step)
-            _save_file(rank_file(tmp, self.rank), {k: v.state_dict() for k, v in self.states.items() if k not in SHARDED})
+                import torch.distributed.checkpoint as dcp
+
+                if self.cfg.async_save:
+                    future = dcp.async_save(sharded, checkpoint_id=str(tmp), process_group=self.async_group)
+                else:
+                    names = _dcp_files(dcp.save(sharded, checkpoint_id=str(tmp)), self.world_size)
+                self.midway(step)
+                _save_file(rank_file(tmp, self.rank), small)
         except (Exception, CheckpointException) as e:  # DCP raises on every rank when any rank's write fails
             error = e
+        if self._local(tier):  # one exchange: every rank's outcome and files, for its node's owner
+            parts = self._everyone((self.node, self.rank, files, _text(error), str(tmp.parent)))
+            if any(p[3] for p in parts):
+                return self._failed(step, tier, tmp, error or next(p[3] for p in parts if p[3]))
+            return self._commit_local(tmp, final, step, parts, t0)
         if self._any(error is not None):
             if future is not None:  # let the background write end before its directory is removed
                 with contextlib.suppress(Exception, CheckpointException):
@@ -205,35 +267,39 @@ class Checkpointer:
             self.last_save_s = time.perf_counter() - t0  # the stall: what training waited for
             self.pending = (future, tmp, final, tier, step, t0)
             return final
-        path = self._commit(tmp, final, tier, step)
-        self.last_save_s = time.perf_counter() - t0
-        self.event("checkpoint_saved", step, tier=tier, path=str(path), seconds=round(self.last_save_s, 3))
-        return path
+        return self._commit(tmp, final, tier, step, names, t0)
 
     def finish(self) -> Path | None:
-        """Wait for the save in flight (if any) and commit it."""
+        """Wait for the save in flight (if any) and commit it; then for this rank's housekeeping (the end of a
+        run: pruning done, the last checkpoint handed to the cold tier)."""
+        path = self._finish_pending()
+        self.housekeeper.wait()
+        self._report_housekeeping(self.last_micro_step)
+        return path
+
+    def _finish_pending(self) -> Path | None:
         if self.pending is None:
             return None
         future, tmp, final, tier, step, t0 = self.pending
         self.pending = None
-        error = None
+        error, names = None, []
         try:
-            future.result()
+            names = _dcp_files(future.result(), self.world_size)
         except (Exception, CheckpointException) as e:
             error = e
         if self._any(error is not None):
-            self._failed(step, tier, tmp, error)
-            return None
-        path = self._commit(tmp, final, tier, step)
-        self.event("checkpoint_saved", step, tier=tier, path=str(path), stall_seconds=round(self.last_save_s, 3),
-                   seconds=round(time.perf_counter() - t0, 3), background=True)
-        return path
+            return self._failed(step, tier, tmp, error)
+        return self._commit(tmp, final, tier, step, names, t0, background=True)
 
-    def _failed(self, step: int, tier: str, tmp: Path, error: BaseException | None) -> None:
-        self._barrier()
-        if self.rank == 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-        reason = _reason(error) if error is not None else "failed on another rank"
+    def _failed(self, step: int, tier: str, tmp: Path, error: BaseException | str | None) -> None:
+        """Every rank agreed that the save failed: its owner renames the partial save aside at once (so no
+        `.tmp` is left where the next save goes) and deletes it in the background."""
+        if self._owner(tier):
+            try:
+                self.housekeeper.delete(trash(tmp))
+            except OSError:  # never created, or a full disk refusing even the rename: delete it where it is
+                self.housekeeper.delete(tmp)
+        reason = (_reason(error) if isinstance(error, BaseException) else error) or "failed on another rank"
         self.event("alert", step, kind="checkpoint_failed", tier=tier,
                    message=f"{tier} checkpoint at step {step} failed and was removed ({reason}); the previous "
                            f"checkpoints are intact")
@@ -241,58 +307,116 @@ class Checkpointer:
             raise BessemerError(f"checkpoint at step {step} failed: {reason} (checkpoint.on_error = \"stop\")")
         return None
 
-    def _commit(self, tmp: Path, final: Path, tier: str, step: int) -> Path:
-        # Every rank checksums its share of the files; rank 0 writes the manifest and renames.
-        names = files_of(tmp) if self.rank == 0 else None
-        if self.distributed:
-            box = [names]
-            dist.broadcast_object_list(box, src=0)
-            names = box[0]
+    def _saved(self, final: Path, tier: str, step: int, t0: float, background: bool) -> Path:
+        seconds = round(time.perf_counter() - t0, 3)
+        if background:
+            self.event("checkpoint_saved", step, tier=tier, path=str(final), stall_seconds=round(self.last_save_s, 3),
+                       seconds=seconds, background=True)
+        else:
+            self.last_save_s = seconds
+            self.event("checkpoint_saved", step, tier=tier, path=str(final), seconds=seconds)
+        return final
+
+    def _commit(self, tmp: Path, final: Path, tier: str, step: int, names: list[str], t0: float,
+                background: bool = False) -> Path | None:
+        """A shared directory: every rank checksums its share of the files (all ranks know the names from DCP's
+        metadata), rank 0 gathers them and — after that last collective — writes the manifest and renames."""
         error, mine = None, {}
         try:
             mine = describe_files(tmp, self.cfg.checksum, names[self.rank::self.world_size])
         except OSError as e:
             error = e
-        parts = [mine]
+        parts = [(mine, _text(error))]
         if self.distributed:
             parts = [None] * self.world_size
-            dist.gather_object(mine, parts if self.rank == 0 else None, dst=0)
-        if self.rank == 0 and error is None:
+            dist.gather_object((mine, _text(error)), parts if self.rank == 0 else None, dst=0)
+        if self.rank != 0:
+            return final
+        error = next((e for _, e in parts if e), None)
+        if error is None:
             try:  # everything up to the rename: a failure here leaves only a .tmp behind
-                files = {k: v for part in parts for k, v in part.items()}
                 meta = {**self.meta, "tier": tier, "versions": dict(self.meta["versions"])}
                 if tier == "macro" and self.config:
                     meta["config"] = self.config
-                write_manifest(tmp, step, self.cfg.checksum, meta, files=files)
-                fsync_dir(tmp)
-                if final.exists():
-                    shutil.rmtree(final)
-                os.replace(tmp, final)
+                write_manifest(tmp, step, self.cfg.checksum, meta, files={k: v for f, _ in parts for k, v in f.items()})
+                self._publish(tmp, final)
             except OSError as e:
-                error = e
-        if self._any(error is not None):
+                error = _text(e)
+        if error is not None:
             return self._failed(step, tier, tmp, error)
+        self._after_commit(tier, step, final)
+        return self._saved(final, tier, step, t0, background)
+
+    def _publish(self, tmp: Path, final: Path) -> None:
+        """Rename the finished `tmp` into place (an older checkpoint of the same step is set aside) and point
+        `latest` at it, each step fsynced."""
+        fsync_dir(tmp)
+        if final.exists():
+            self.housekeeper.delete(trash(final))
+        os.replace(tmp, final)
+        fsync_dir(final.parent)
+        try:  # the checkpoint is committed; the pointer is a convenience
+            pointer = final.parent / (LATEST + ".tmp")
+            pointer.write_text(final.name + "\n")
+            os.replace(pointer, final.parent / LATEST)
+        except OSError as e:
+            self.housekeeper.errors.append(f"updating {final.parent / LATEST}: {e}")
+
+    def _commit_local(self, tmp: Path, final: Path, step: int, parts: list, t0: float) -> Path | None:
+        """A node-local part: each node's local rank 0 writes its manifest and renames (every node at once),
+        the ranks agree that every node committed, and rank 0 adds the step to the commit record."""
+        mine = [p for p in parts if p[0] == self.node]
+        error = None
+        if self.local_rank == 0:
+            try:
+                meta = {**self.meta, "tier": "micro", "storage": STORAGE, "node": self.node,
+                        "ranks": sorted(p[1] for p in mine), "versions": dict(self.meta["versions"])}
+                write_manifest(tmp, step, self.cfg.checksum, meta, files={k: v for p in mine for k, v in p[2].items()})
+                self._publish(tmp, final)
+            except OSError as e:
+                error = f"node {self.node}: {_text(e)}"
+        errors = [e for e in self._everyone(error) if e]
+        if errors:
+            return self._failed(step, "micro", tmp, errors[0])
+        self.last_micro_step = step
         if self.rank == 0:
-            try:  # the checkpoint is committed; what follows may fail without undoing it
-                pointer = final.parent / (LATEST + ".tmp")
-                pointer.write_text(final.name + "\n")
-                os.replace(pointer, final.parent / LATEST)
-                fsync_dir(final.parent)
-                self._prune(tier, keep_step=step)
-                self.committed(tier, step, final)
-            except Exception as e:  # noqa: BLE001 - a pointer, pruning or backup problem must not stop training
-                self.event("alert", step, kind="checkpoint_housekeeping",
-                           message=f"{tier} checkpoint at step {step} is committed, but {_reason(e)}")
-        self._barrier()
-        return final
+            entry = {"step": step, "world_size": self.world_size, "layout": self.meta.get("layout", ""),
+                     "nodes": {}, "dirs": {}}
+            for node, rank, _, _, directory in parts:
+                entry["nodes"].setdefault(str(node), []).append(rank)
+                entry["dirs"][str(node)] = directory
+            try:
+                keep = self.cfg.micro.keep
+                entries = [e for e in read_commits(self.cfg, self.run_dir) if e["step"] < step] + [entry]
+                write_commits(self.cfg, self.run_dir, entries[-keep:] if keep > 0 else entries)
+            except OSError as e:
+                self.event("alert", step, kind="checkpoint_failed", tier="micro",
+                           message=f"micro checkpoint at step {step} is on every node, but the commit record could "
+                                   f"not be written ({_text(e)}): it will not be offered for recovery")
+                return final
+        self._after_commit("micro", step, final)
+        return self._saved(final, "micro", step, t0, background=False)
+
+    def _after_commit(self, tier: str, step: int, final: Path) -> None:
+        """The owner's housekeeping, in the background: hand the checkpoint to the cold tier, prune."""
+        if self._owner(tier):
+            if self.rank == 0:
+                self.housekeeper.submit(f"backing up step {step}", lambda: self.committed(tier, step, final))
+            self.housekeeper.submit(f"pruning the {tier} tier", lambda: self._prune(tier, keep_step=step))
+
+    def _report_housekeeping(self, step: int) -> None:
+        for message in self.housekeeper.take_errors():
+            self.event("alert", step, kind="checkpoint_housekeeping", message=message)
 
     def _prune(self, tier: str, keep_step: int) -> None:
-        """Remove unfinished saves and all but the newest `keep` committed checkpoints — never `keep_step`, the
-        one just committed (damaged checkpoints were renamed aside by recovery, so they do not count)."""
+        """Remove saves that died before `keep_step`'s and all but the newest `keep` committed checkpoints —
+        never `keep_step`, the one just committed (damaged checkpoints were renamed aside by recovery, so they
+        do not count). Runs on the housekeeping thread: a newer save in progress is never touched."""
         keep = getattr(self.cfg, tier).keep
         directory = self.tiers[tier]
-        for old in directory.glob("step_*.tmp"):  # saves that died before their commit
-            shutil.rmtree(old, ignore_errors=True)
+        for old in directory.glob("step_*.tmp"):
+            if (step := _tmp_step(old)) is not None and step < keep_step:
+                shutil.rmtree(old, ignore_errors=True)
         if keep > 0:
             done = [p for s, p in committed(directory) if s <= keep_step]
             for old in done[:-keep]:
@@ -300,54 +424,117 @@ class Checkpointer:
 
     # ------------------------------------------------------------------------------------------- load
 
+    def listing(self) -> list[Candidate]:
+        """The checkpoints recovery may try, newest first, as rank 0 lists them (two ranks reading a shared
+        filesystem may see different listings; they must try the same checkpoints). Node-local micro ones come
+        from the commit record; each rank maps them to its own node's directory."""
+        found = self._from_rank0(candidates(self.cfg, self.run_dir) if self.rank == 0 else None)
+        return [(s, t, step_dir(self.tiers["micro"], s) if self._local(t) else Path(p)) for s, t, p in found]
+
     def load(self, path: Path) -> None:
-        """Restore every component from the checkpoint at `path` (any layout's)."""
+        """Restore every component from the checkpoint at `path` (any layout's; node-local: its own), reading
+        each file once and checking it against the manifest as it is read."""
+        problems = self._load(path, self._local("micro") and path.parent == self.tiers["micro"])
+        if problems:
+            raise BessemerError(f"checkpoint {path} is damaged: {problems[0]}")
+
+    def _load(self, path: Path, local: bool) -> list[str]:
+        """Load the checkpoint at `path`, verifying while reading; returns the problems found by any rank
+        (then what was loaded must not be used). Incompatible checkpoints raise BessemerError on every rank."""
+        return self._load_local(path) if local else self._load_dcp(path)
+
+    def _load_dcp(self, path: Path) -> list[str]:
         import torch.distributed.checkpoint as dcp
 
-        if not (path / ".metadata").is_file():
-            raise BessemerError(f"{path} is not a checkpoint (no .metadata)")
-        with _restoring(path, "model and optimizer"):
-            dcp.load({k: self.states[k] for k in SHARDED if k in self.states}, checkpoint_id=str(path))
-        # A rank that did not exist when the checkpoint was written (another layout) takes rank 0's small
-        # state: the loader position and counters are layout-independent at step boundaries.
-        own = rank_file(path, self.rank)
-        self._load_file(own if own.is_file() else rank_file(path, 0), [k for k in self.states if k not in SHARDED])
-
-    def _load_file(self, path: Path, names: list[str]) -> None:
+        head = None
+        if self.rank == 0:
+            try:
+                manifest = read_manifest(path)
+                head = (manifest["files"], manifest.get("checksum"), step_problem(path, manifest), None)
+            except (ValueError, OSError) as e:
+                head = (None, None, None, str(e))
+        files, algo, step_wrong, error = self._from_rank0(head)
+        if error or step_wrong:
+            return [error or step_wrong]
+        reader = VerifyingReader(path, files, algo)
+        state, error = None, None
         try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as e:  # truncated or corrupted file: say which, don't dump a pickle traceback
-            raise BessemerError(f"cannot read checkpoint {path}: {e}") from None
+            dcp.load({k: self.states[k] for k in SHARDED if k in self.states}, storage_reader=reader)
+            # A rank that did not exist when the checkpoint was written (another layout) takes rank 0's small
+            # state: the loader position and counters are layout-independent at step boundaries.
+            own = rank_file(path, self.rank).name
+            rel = own if own in files else rank_file(path, 0).name
+            state = _read_state(reader.verified(rel), path / rel)
+        except Damaged:
+            pass  # in reader.problems
+        except (Exception, CheckpointException) as e:  # noqa: BLE001 - another rank's Damaged, or incompatible
+            error = _text(e)
+        everyone = self._everyone((sorted(reader.read), reader.problems, error))
+        unread = sorted(set(files) - {rel for read, _, _ in everyone for rel in read})
+        found = [p for _, problems, _ in everyone for p in problems]
+        if unread:  # files no rank needed are still checked, split over the ranks
+            mine = check(path, files=unread[self.rank::self.world_size])
+            found += [p for part in self._everyone(mine) for p in part]
+        if found:
+            return sorted(set(found))
+        error = next((e for _, _, e in everyone if e), None)
+        if error:
+            raise BessemerError(f"cannot restore model and optimizer from {path} — was it written for another "
+                                f"model or config? {error}")
+        self._load_small(state, path / rel)
+        return []
+
+    def _load_local(self, path: Path) -> list[str]:
+        """A node-local checkpoint: each rank reads only its own file, from its own node's directory."""
+        reason, manifest = None, None
+        try:
+            manifest = read_manifest(path)
+            reason = step_problem(path, manifest) or _mismatch(manifest, self.meta, self.rank)
+        except (ValueError, OSError) as e:
+            reason = f"node {self.node} lacks its part: {e}"
+        reasons = [r for r in self._everyone(reason) if r]
+        if reasons:  # not on every node, or not this layout's: nothing read
+            raise _NotHere(reasons[0])
+        payload, problem = None, None
+        try:
+            rel = rank_file(path, self.rank).name
+            payload = read_rank(read_verified(path, rel, manifest["files"], manifest["checksum"]), path / rel)
+        except Damaged as e:
+            problem = str(e)
+        found = [p for p in self._everyone(problem) if p]
+        if found:
+            return found
+        sharded = {k: self.states[k] for k in SHARDED if k in self.states}
+        load_sharded(payload, sharded, path)
+        self._load_small(payload["small"], path / rel)
+        return []
+
+    def _load_small(self, state: dict, where: Path) -> None:
+        names = [k for k in self.states if k not in SHARDED]
         missing = [name for name in names if name not in state]
         if missing:
-            raise BessemerError(f"checkpoint {path} lacks {', '.join(missing)}: refusing a partial restore")
+            raise BessemerError(f"checkpoint {where} lacks {', '.join(missing)}: refusing a partial restore")
         for name in names:
-            with _restoring(path, name):
+            with _restoring(where, name):
                 self.states[name].load_state_dict(state[name])
 
     def problems(self, path: Path) -> list[str]:
-        """What is wrong with the files of checkpoint `path` (manifest, sizes, checksums), the reading split
-        over the ranks; every rank gets the same list."""
-        box = [None]
+        """What is wrong with the files of checkpoint `path` (manifest, sizes, checksums), without loading it,
+        the reading split over the ranks; every rank gets the same list."""
+        head = None
         if self.rank == 0:
             try:
-                box = [(sorted(read_manifest(path)["files"]), None)]
+                head = (sorted(read_manifest(path)["files"]), None)
             except (ValueError, OSError) as e:
-                box = [(None, str(e))]
-        if self.distributed:
-            dist.broadcast_object_list(box, src=0)
-        names, error = box[0]
+                head = (None, str(e))
+        names, error = self._from_rank0(head)
         if error:
             return [error]
         try:
             found = check(path, files=names[self.rank::self.world_size])
         except (ValueError, OSError) as e:  # an unknown checksum algorithm, an unreadable file
             found = [f"{path}: {e}"]
-        if self.distributed:
-            everyone = [None] * self.world_size
-            dist.all_gather_object(everyone, found)
-            found = [p for part in everyone for p in part]
-        return sorted(set(found))
+        return sorted({p for part in self._everyone(found) for p in part})
 
     def nonfinite(self) -> str | None:
         """The first weight or optimizer tensor of this rank (after a load) holding NaN, inf or |x| > 1e10 —
@@ -363,29 +550,19 @@ class Checkpointer:
                     break
             if bad:
                 break
-        if self.distributed:
-            everyone = [None] * self.world_size
-            dist.all_gather_object(everyone, bad)
-            bad = next((b for b in everyone if b), None)
-        return bad
+        return next((b for b in self._everyone(bad) if b), None)
 
-    def recover(self, run_dir: Path, cold: "ColdTier | None" = None, cold_available: bool = False,
-                cold_url: str = "") -> tuple[int, str, Path] | None:
-        """Load the newest intact checkpoint across the local tiers (micro, then macro, at equal steps), then the
-        cold tier (`cold`: rank 0's; `cold_available` on every rank); damaged ones are skipped with a
-        `checkpoint_skipped` event and set aside. Returns (step, tier, path) or None."""
-        for step, tier, path in candidates(self.cfg, run_dir):
+    def recover(self, run_dir: Path | None = None, cold: "ColdTier | None" = None, cold_available: bool = False,
+                cold_url: str = "", listed: list[Candidate] | None = None) -> Candidate | None:
+        """Load the newest intact checkpoint among `listed` (default: `listing()`; micro before macro at equal
+        steps), then the cold tier (`cold`: rank 0's; `cold_available` on every rank); damaged ones are skipped
+        with a `checkpoint_skipped` event and set aside. Returns (step, tier, path) or None."""
+        for step, tier, path in self.listing() if listed is None else listed:
             if self._try(step, tier, path):
                 return step, tier, path
-        box = [(None, None)]
-        if cold_available and self.rank == 0:
-            try:
-                box = [(cold.restore_newest(self.tiers["macro"]), None)]
-            except Exception as e:  # noqa: BLE001 - a tampered object, a wrong key, storage errors: all ranks hear
-                box = [(None, str(e) if isinstance(e, BessemerError) else _reason(e))]
-        if self.distributed:
-            dist.broadcast_object_list(box, src=0)
-        restored, error = box[0]
+        if not cold_available:
+            return None
+        restored, error = self._on_rank0(lambda: cold.restore_newest(self.tiers["macro"]))
         if error:
             self.event("checkpoint_skipped", 0, tier="cold", path=cold_url, reason=error, problems=1)
         if restored is not None:
@@ -394,29 +571,108 @@ class Checkpointer:
                 return step, "cold", Path(path)
         return None
 
+    def _on_rank0(self, work: Callable[[], object]) -> tuple[object, str | None]:
+        """Run `work` on rank 0's own thread; the other ranks ask every POLL_S whether it is done, so none of
+        them sits in one collective for as long as the work takes (a cold restore can take an hour). Returns
+        (result, error message) on every rank."""
+        box, done = [None, None], threading.Event()
+
+        def run() -> None:
+            try:
+                box[0] = work()
+            except Exception as e:  # noqa: BLE001 - a tampered object, a wrong key, storage errors: all ranks hear
+                box[1] = str(e) if isinstance(e, BessemerError) else _reason(e)
+            finally:
+                done.set()
+
+        if self.rank == 0:
+            threading.Thread(target=run, name="cold-restore", daemon=True).start()
+        if self.distributed:
+            flag = torch.zeros(1)
+            while not flag.item():
+                if self.rank == 0:
+                    flag[0] = float(done.wait(POLL_S))
+                dist.broadcast(flag, src=0)
+        else:
+            done.wait()
+        result, error = self._from_rank0((box[0], box[1]) if self.rank == 0 else None)
+        return result, error
+
     def _try(self, step: int, tier: str, path: Path) -> bool:
-        problems = self.problems(path)
+        local = self._local(tier)
+        try:
+            problems = self._load(path, local)
+        except _NotHere as e:  # a node-local step some node lacks: skipped, nothing damaged
+            self.event("checkpoint_skipped", step, tier=tier, path=str(path), reason=str(e), problems=1)
+            return False
         if not problems:
-            self.load(path)
             bad = self.nonfinite()
             if not bad:
                 self.last_micro_step = step
                 return True
             problems = [f"non-finite or absurd values (|x| > {ABSURD:g}) in {bad}"]
         self.event("checkpoint_skipped", step, tier=tier, path=str(path), reason=problems[0], problems=len(problems))
-        self._set_aside(path)
+        self._set_aside(path, tier)
         return False
 
-    def _set_aside(self, path: Path) -> None:
+    def _set_aside(self, path: Path, tier: str) -> None:
         """Rename a damaged checkpoint to step_N.damaged (kept for inspection): it is no longer a candidate and
-        does not count against the tier's `keep`."""
-        self._barrier()  # every rank is done reading it
-        if self.rank == 0 and path.is_dir():
-            aside = path.with_name(path.name + ".damaged")
-            shutil.rmtree(aside, ignore_errors=True)
-            with contextlib.suppress(OSError):
-                os.replace(path, aside)
-        self._barrier()
+        does not count against the tier's `keep`. Every rank has finished reading it (the ranks agreed on its
+        problems); the directory's owner renames it, and no rank waits for that."""
+        if self._local(tier) and self.rank == 0:  # no longer complete on every node: out of the record
+            step = step_of(path)
+            self.housekeeper.submit("updating the commit record", lambda: write_commits(
+                self.cfg, self.run_dir, [e for e in read_commits(self.cfg, self.run_dir) if e["step"] != step]))
+        if not self._owner(tier if tier != "cold" else "macro") or not path.is_dir():
+            return
+        aside = path.with_name(path.name + ".damaged")
+        with contextlib.suppress(OSError):
+            if aside.exists():
+                self.housekeeper.delete(trash(aside))
+            os.replace(path, aside)
+
+
+class _NotHere(Exception):
+    """A node-local checkpoint that cannot be loaded here: a node lacks its part, or another layout saved it."""
+
+
+def _mismatch(manifest: dict, meta: dict, rank: int) -> str | None:
+    """Why this rank cannot load the node-local part `manifest` describes, or None."""
+    where = f"node {manifest.get('node')}"
+    if manifest.get("storage") != STORAGE:
+        return f"{where}: not a node-local checkpoint"
+    if manifest.get("world_size") != meta["world_size"] or manifest.get("layout") != meta.get("layout"):
+        return (f"saved by {manifest.get('world_size')} ranks as {manifest.get('layout')!r}, this run is "
+                f"{meta['world_size']} as {meta.get('layout')!r}: a node-local checkpoint loads only into its layout")
+    if rank not in manifest.get("ranks", []):
+        return (f"{where}'s part holds ranks {manifest.get('ranks')}, not rank {rank} (node ranks changed since the "
+                f"save)")
+    return None
+
+
+def _dcp_files(metadata, world_size: int) -> list[str]:
+    """Every file of a DCP checkpoint, from the metadata DCP's save returns on every rank: its shard files,
+    `.metadata`, and each rank's small-state file."""
+    shards = {info.relative_path for info in metadata.storage_data.values()}
+    return sorted(shards | {".metadata"} | {f"rank{r:05d}.pt" for r in range(world_size)})
+
+
+def _tmp_step(path: Path) -> int | None:
+    try:
+        return int(path.name.removeprefix("step_").removesuffix(".tmp"))
+    except ValueError:
+        return None
+
+
+def _text(error: BaseException | None) -> str | None:
+    return None if error is None else _reason(error)
+
+
+def _read_state(data: bytes, path: Path) -> dict:
+    try:
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as e:  # verified bytes that still do not unpickle: say which file, not a pickle traceback
+        raise BessemerError(f"cannot read checkpoint {path}: {e}") from None
 
 
 def _reason(error: BaseException) -> str:

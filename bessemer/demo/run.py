@@ -60,7 +60,8 @@ def run_demo(run_dir: str | Path, overrides: list[str] = ()) -> Path:
     code = train(cfg, str(DEMO_CONFIG), [f"--run.dir={run_dir}", f"--data.path={shards}", *overrides], nproc,
                  resume=False, max_restarts=1)  # recovers from the failure the demo injects ([fault])
     if code:
-        raise BessemerError(f"training on {nproc} processes stopped with exit status {code}; see the output above")
+        raise BessemerError(f"training on {nproc} processes stopped with exit status {code}; each rank's output is in "
+                            f"{run_dir / 'logs'}")
 
     print("[4/4] report", flush=True)
     report = build_report(run_dir)

@@ -60,7 +60,8 @@ def expected_rng_groups(world_size: int) -> list[list[int]]:
 
     The trainer calls seed_everything(cfg.run.seed) on every rank (train/trainer.py, train/state.py) with no
     per-rank offset: the model has no dropout, every rank initialises from the same seeded full model
-    (parallel.init_from_full) and the data order is positional (dataset/loader.py), not sampled. So every
+    (model/llama.py: per-parameter generators seeded by run.seed and the parameter's name, not the global RNG)
+    and the data order is positional (dataset/loader.py), not sampled. So every
     rank shares one state: a single group. Update this rule with the trainer's if it ever derives seeds per
     rank (e.g. dropout differing across data-parallel ranks, identical across tensor-parallel ones).
     """
@@ -130,15 +131,15 @@ def rng_check(fingerprints: list[dict[str, str]], groups: list[list[int]]) -> Ch
 
 
 def param_fingerprint(seed: int, skew: bool = False) -> list[tuple[str, float, str]]:
-    """(name, float64 sum, xxh64 of the bytes) of every parameter of the debug model, initialised the way the
-    trainer's parallel.init_from_full does it: torch.manual_seed(run.seed), then the full model on CPU."""
+    """(name, float64 sum, xxh64 of the bytes) of every parameter of the debug model, initialised as the
+    trainer initialises it: each parameter drawn from generators seeded by (run.seed, its name), so every
+    rank computes the single-process weights that the layouts' shards are taken from."""
     import torch
 
     from bessemer.model.llama import build_model
     from bessemer.model.registry import MODEL_SIZES
 
-    torch.manual_seed(seed)
-    model = build_model(MODEL_SIZES["debug"], 256, "cpu")
+    model = build_model(MODEL_SIZES["debug"], 256, "cpu", seed=seed)
     if skew:  # self-test: one weight off by a little, as a rank with another torch build or seed would be
         with torch.no_grad():
             model.layers["0"].attention.wq.weight.view(-1)[0] += 1e-3
@@ -148,10 +149,10 @@ def param_fingerprint(seed: int, skew: bool = False) -> list[tuple[str, float, s
 
 def params_check(per_rank: list[list[tuple[str, float, str]]]) -> Check:
     description = "every rank builds the same initial weights from the seed (replicas start identical)"
-    measured = ("the debug model (model/registry.py) built as parallel.init_from_full does on every rank: "
-                "torch.manual_seed(seed), build_model on CPU; per parameter a float64 sum and xxh64 of its bytes, "
+    measured = ("the debug model (model/registry.py) built on every rank with the trainer's initialisation: "
+                "build_model(seed=run.seed) on CPU; per parameter a float64 sum and xxh64 of its bytes, "
                 "gathered from every rank. No parallelism is applied: the check is that seeding yields the same "
-                "full model everywhere (same torch build, same RNG), from which each rank takes its shard")
+                "full model everywhere (same torch build, same generators), whose shards the ranks draw")
     world = list(range(len(per_rank)))
     keys = [tuple(h for _, _, h in fp) for fp in per_rank]
     majority, odd = _odd_ones(keys, world)
@@ -227,6 +228,11 @@ def loader_check(per_rank: list[dict] | None, data: str | None, seq_len: int, mi
                "and every miss is a synchronous read inside the training step")
     return Check("runtime.dataloader", description, status, evidence, fix, measured,
                  {"ranks": per_rank, "worst_rank": worst})
+
+
+def trainer_checks(dims_spec: dict, seed: int) -> list[Check]:
+    """The runtime checks as the trainer runs them at start (`metrics.runtime_checks`), on its own mesh."""
+    return run_runtime_checks(dims_spec, sizes_mb=(1, 16), iters=3, seed=seed)
 
 
 def run_runtime_checks(dims_spec: dict | None = None, sizes_mb: tuple[float, ...] = (1, 16), iters: int = 5, *,
@@ -355,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     status = main()
     if "TORCHELASTIC_RUN_ID" in os.environ:
-        from bessemer.cli import _exit_rank
+        from bessemer.proc import exit_rank
 
-        _exit_rank(status)  # no interpreter finalization under torchrun (gloo teardown abort)
+        exit_rank(status)  # no interpreter finalization under torchrun (gloo teardown abort)
     sys.exit(status)

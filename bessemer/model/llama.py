@@ -2,17 +2,28 @@
 
 It knows nothing about parallelism, precision or checkpoints: those are applied from outside. Layers live
 in a ModuleDict keyed "0".."n-1" and `forward` skips parts that are absent (None), so a pipeline stage can
-delete what it does not own without changing any parameter name. `__init__` allocates, `init_weights()`
-fills: build on the meta device, `to_empty()` onto the real one, then `init_weights()`.
+delete what it does not own without changing any parameter name. `__init__` allocates, `init_weights(seed)`
+fills: build on the meta device, `to_empty()` onto the real one, then `init_weights(seed)`.
+
+Initialisation is a function of (seed, parameter name, row block) alone: each block of rows of each parameter
+is drawn from its own generator. A rank that holds a shard (FSDP, tensor parallel) or a pipeline stage draws
+only the blocks its shard covers, so the full weights are the single-process ones for any layout, no rank
+ever holds more than its shards plus one block, and shards and stages all get their own values.
 """
 
+import hashlib
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from bessemer.model.registry import ModelArgs
+
+# Values drawn per generator: blocks of whole rows of about this many elements (16 MiB in fp32).
+INIT_BLOCK_NUMEL = 1 << 22
 
 
 class RMSNorm(nn.Module):
@@ -25,9 +36,6 @@ class RMSNorm(nn.Module):
         # Normalise in fp32 whatever the compute dtype: statistics in 16 bits drift.
         out = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
         return out.type_as(x) * self.weight
-
-    def init_weights(self) -> None:
-        nn.init.ones_(self.weight)
 
 
 def rope_frequencies(args: ModelArgs) -> torch.Tensor:
@@ -86,11 +94,6 @@ class Attention(nn.Module):
         y = y.transpose(1, 2).reshape(B, T, -1)  # (B, T, nh*hd)
         return self.wo(y)
 
-    def init_weights(self, init_std: float) -> None:
-        for lin in (self.wq, self.wk, self.wv):
-            nn.init.trunc_normal_(lin.weight, mean=0.0, std=0.02)
-        nn.init.trunc_normal_(self.wo.weight, mean=0.0, std=init_std)
-
 
 class FeedForward(nn.Module):
     """SwiGLU: w2(silu(w1 x) * w3 x)."""
@@ -104,11 +107,6 @@ class FeedForward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
-    def init_weights(self, init_std: float) -> None:
-        nn.init.trunc_normal_(self.w1.weight, mean=0.0, std=0.02)
-        for lin in (self.w2, self.w3):
-            nn.init.trunc_normal_(lin.weight, mean=0.0, std=init_std)
-
 
 class TransformerBlock(nn.Module):
     def __init__(self, layer_id: int, args: ModelArgs):
@@ -117,18 +115,70 @@ class TransformerBlock(nn.Module):
         self.attention = Attention(args)
         self.ffn_norm = RMSNorm(args.dim, args.norm_eps)
         self.feed_forward = FeedForward(args.dim, args.ffn_hidden)
-        # Residual-branch outputs shrink with depth so the residual stream's variance stays bounded.
-        self.init_std = 0.02 / (2 * (layer_id + 1)) ** 0.5
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         h = x + self.attention(self.attention_norm(x), cos, sin)
         return h + self.feed_forward(self.ffn_norm(h))
 
-    def init_weights(self) -> None:
-        self.attention_norm.init_weights()
-        self.ffn_norm.init_weights()
-        self.attention.init_weights(self.init_std)
-        self.feed_forward.init_weights(self.init_std)
+
+class _RowsIntoGrad:
+    """The gradient rows of one tied-embedding lookup, added into the weight's `.grad` in place.
+
+    With tied embeddings the head's gradient (a dense vocab x dim matrix) and the lookup's meet at one weight:
+    through autograd the lookup's gradient is materialised as a second dense matrix and the two are summed —
+    two or three vocab x dim matrices at the peak of backward. Here the lookup hands over only its rows (tokens x
+    dim): they are added into `.grad` once the head's gradient has landed there (a post-accumulate-grad hook on
+    the weight), or at once when it already has. One vocab x dim matrix."""
+
+    def __init__(self, weight: nn.Parameter):
+        self.weight, self.pending, self.landed = weight, [], False
+        self.handle = weight.register_post_accumulate_grad_hook(self._landed)
+
+    def add(self, tokens: torch.Tensor, rows: torch.Tensor) -> None:
+        if self.landed:
+            self.weight.grad.index_add_(0, tokens, rows.to(self.weight.grad.dtype))
+        else:
+            self.pending.append((tokens, rows))
+
+    def _landed(self, weight: torch.Tensor) -> None:
+        self.landed = True
+        self.handle.remove()
+        for tokens, rows in self.pending:
+            weight.grad.index_add_(0, tokens, rows.to(weight.grad.dtype))
+        self.pending.clear()
+
+
+class _Lookup(torch.autograd.Function):
+    """F.embedding whose weight gradient goes to a _RowsIntoGrad instead of through autograd. The weight enters
+    detached (no autograd edge); `anchor`, an empty leaf that requires grad, makes the output require grad."""
+
+    @staticmethod
+    def forward(ctx, tokens: torch.Tensor, weight: torch.Tensor, anchor: torch.Tensor, sink: _RowsIntoGrad):
+        ctx.save_for_backward(tokens)
+        ctx.sink = sink
+        return F.embedding(tokens, weight)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (tokens,) = ctx.saved_tensors
+        ctx.sink.add(tokens.reshape(-1), grad.reshape(-1, grad.shape[-1]))
+        return None, None, None, None
+
+
+class TokenEmbedding(nn.Embedding):
+    """nn.Embedding; when it shares its weight with the output head of the same module (`tied`), the lookup's
+    gradient rows are added into the head's gradient in place (_RowsIntoGrad)."""
+
+    def __init__(self, vocab_size: int, dim: int, tied: bool = False):
+        super().__init__(vocab_size, dim)
+        self.tied = tied
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        weight = self.weight
+        if not (self.tied and torch.is_grad_enabled() and weight.requires_grad) or isinstance(weight, DTensor):
+            return super().forward(tokens)
+        anchor = torch.empty(0, device=weight.device, requires_grad=True)
+        return _Lookup.apply(tokens, weight.detach(), anchor, _RowsIntoGrad(weight))
 
 
 class Transformer(nn.Module):
@@ -137,7 +187,7 @@ class Transformer(nn.Module):
         args.check()
         self.args = args
         self.max_seq_len = max_seq_len
-        self.tok_embeddings: nn.Embedding | None = nn.Embedding(args.vocab_size, args.dim)
+        self.tok_embeddings: nn.Embedding | None = TokenEmbedding(args.vocab_size, args.dim, tied=args.tie_embeddings)
         self.layers = nn.ModuleDict({str(i): TransformerBlock(i, args) for i in range(args.n_layers)})
         self.norm: RMSNorm | None = RMSNorm(args.dim, args.norm_eps)
         self.output: nn.Linear | None = nn.Linear(args.dim, args.vocab_size, bias=False)
@@ -155,19 +205,30 @@ class Transformer(nn.Module):
             self.rope_cos.copy_(cos)
             self.rope_sin.copy_(sin)
 
-    def init_weights(self) -> None:
-        """Fill every parameter and buffer (also after `to_empty()` from the meta device)."""
+    def init_weights(self, seed: int) -> None:
+        """Fill every parameter and buffer (also after `to_empty()` from the meta device), each parameter's
+        values a function of (seed, its name) only. Parameters may be DTensor shards: each rank fills its own.
+        A pipeline stage's `output.weight` with tied embeddings gets the embedding's values (the tied copy)."""
         self.init_buffers()
-        if self.tok_embeddings is not None:
-            nn.init.normal_(self.tok_embeddings.weight)
-        for layer in self.layers.values():
-            layer.init_weights()
-        if self.norm is not None:
-            self.norm.init_weights()
-        if self.output is not None and not self.args.tie_embeddings:
+        tied = self.args.tie_embeddings
+        for name, p in self.named_parameters():
+            source = "tok_embeddings.weight" if tied and name == "output.weight" else name
+            init_param_(p, self.init_rule(source), seed, source)
+
+    def init_rule(self, name: str) -> Callable[[torch.Tensor, torch.Generator], None]:
+        """How parameter `name` is drawn: fills a block of its rows in place from a generator."""
+        if name.endswith("norm.weight"):
+            return lambda t, g: t.fill_(1.0)
+        if name == "tok_embeddings.weight":
+            return lambda t, g: nn.init.normal_(t, generator=g)
+        if name == "output.weight":
             # Output logits start near zero (std ~ 1/sqrt(dim)), so the first loss is close to ln(vocab).
             std = self.args.dim ** -0.5
-            nn.init.trunc_normal_(self.output.weight, mean=0.0, std=std, a=-3 * std, b=3 * std)
+            return lambda t, g: nn.init.trunc_normal_(t, std=std, a=-3 * std, b=3 * std, generator=g)
+        _, layer_id, _, module, _ = name.split(".")  # layers.{i}.attention.wq.weight
+        # Residual-branch outputs shrink with depth so the residual stream's variance stays bounded.
+        std = 0.02 if module in ("wq", "wk", "wv", "w1") else 0.02 / (2 * (int(layer_id) + 1)) ** 0.5
+        return lambda t, g: nn.init.trunc_normal_(t, std=std, generator=g)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens (B, T) int64 -> logits (B, T, vocab). A pipeline stage gets and returns hidden states."""
@@ -179,11 +240,51 @@ class Transformer(nn.Module):
         return self.output(h) if self.output is not None else h
 
 
-def build_model(args: ModelArgs, max_seq_len: int, device: str | torch.device = "cpu") -> Transformer:
-    """Build on the meta device (no memory), then materialise on `device` and initialise.
+def _block_seed(seed: int, name: str, block: int) -> int:
+    digest = hashlib.blake2b(f"{seed}/{name}/{block}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1  # a non-negative 63-bit seed
+
+
+def local_part(p: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """This rank's part of `p` and where it starts in the full tensor."""
+    if not isinstance(p, DTensor):
+        return p, (0,) * p.dim()
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    local = p.to_local()
+    shape, offset = compute_local_shape_and_global_offset(p.shape, p.device_mesh, p.placements)
+    assert tuple(shape) == tuple(local.shape), (shape, tuple(local.shape))
+    return local, tuple(offset)
+
+
+@torch.no_grad()
+def init_param_(p: torch.Tensor, draw: Callable[[torch.Tensor, torch.Generator], None], seed: int,
+                name: str) -> None:
+    """Fill `p` (a tensor, or a DTensor whose local shard is filled) with `draw`, row block by row block,
+    each block from a generator seeded by (seed, name, block index): only the blocks that overlap this rank's
+    shard are drawn, in fp32 on the shard's device, so the result does not depend on how `p` is sharded."""
+    local, offset = local_part(p)
+    if local.numel() == 0:
+        return
+    rows, row_shape = p.shape[0], tuple(p.shape[1:])
+    per_block = max(1, INIT_BLOCK_NUMEL // max(1, math.prod(row_shape)))
+    lo, hi = offset[0], offset[0] + local.shape[0]  # this shard's rows
+    cols = tuple(slice(o, o + n) for o, n in zip(offset[1:], local.shape[1:]))
+    for block in range(lo // per_block, (hi - 1) // per_block + 1):
+        start, stop = block * per_block, min((block + 1) * per_block, rows)
+        values = torch.empty((stop - start, *row_shape), dtype=torch.float32, device=local.device)
+        draw(values, torch.Generator(local.device).manual_seed(_block_seed(seed, name, block)))
+        a, b = max(start, lo), min(stop, hi)
+        local[a - lo:b - lo].copy_(values[(slice(a - start, b - start), *cols)])
+
+
+def build_model(args: ModelArgs, max_seq_len: int, device: str | torch.device = "cpu",
+                seed: int | None = None) -> Transformer:
+    """Build on the meta device (no memory), then materialise on `device` and initialise with `seed`.
 
     With device="meta" the model stays unmaterialised: shapes and parameter counts of a 405B model cost
-    nothing. Seed torch's RNG before calling for reproducible weights.
+    nothing. seed=None takes one from torch's global generator (seed it before calling for reproducible
+    weights); the trainer passes run.seed, which gives the weights every parallel layout starts from.
     """
     with torch.device("meta"):
         model = Transformer(args, max_seq_len)
@@ -191,5 +292,7 @@ def build_model(args: ModelArgs, max_seq_len: int, device: str | torch.device = 
         model.to_empty(device=device)
         if args.tie_embeddings:  # to_empty() across devices makes new Parameters and so unties them
             model.output.weight = model.tok_embeddings.weight
-        model.init_weights()
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
+        model.init_weights(seed)
     return model

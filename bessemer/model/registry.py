@@ -6,12 +6,9 @@ the same `ModelArgs`, and a test checks that both count the same parameters.
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from bessemer.errors import ConfigError
-
-if TYPE_CHECKING:
-    from bessemer.config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -48,6 +45,9 @@ _LLAMA31_ROPE = (8.0, 1.0, 4.0, 8192)
 MODEL_SIZES: dict[str, ModelArgs] = {
     # ~1M parameters: a CPU smoke-test model.
     "debug": ModelArgs(dim=128, n_layers=4, n_heads=4, n_kv_heads=2, ffn_hidden=384, vocab_size=1024),
+    # The debug model with tied embeddings (input embedding = output head), as llama3-1b has.
+    "debug-tied": ModelArgs(dim=128, n_layers=4, n_heads=4, n_kv_heads=2, ffn_hidden=384, vocab_size=1024,
+                            tie_embeddings=True),
     # ~10M parameters: the demo model.
     "tiny": ModelArgs(dim=256, n_layers=8, n_heads=8, n_kv_heads=4, ffn_hidden=768, vocab_size=8192),
     "llama3-1b": ModelArgs(dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, ffn_hidden=8192, vocab_size=128256,
@@ -97,7 +97,14 @@ def get_model_args(name: str, vocab_size: int = 0) -> ModelArgs:
     return args.with_vocab(vocab_size) if vocab_size and vocab_size != args.vocab_size else args
 
 
-def resolve_model_args(cfg: "ModelConfig", data_vocab: int) -> ModelArgs:
+class ModelChoice(Protocol):
+    """What the registry needs of the config's [model] section (the registry does not import the config)."""
+
+    name: str
+    vocab_size: int
+
+
+def resolve_model_args(cfg: ModelChoice, data_vocab: int) -> ModelArgs:
     """The registry size with the vocabulary the data needs (model.vocab_size, if set, must cover it)."""
     vocab = cfg.vocab_size or data_vocab
     if vocab < data_vocab:

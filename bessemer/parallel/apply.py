@@ -1,21 +1,24 @@
 """Build the model parts of this rank and parallelise them from outside, in torchtitan's order:
-pipeline split -> tensor parallel -> FSDP -> materialise -> initialise."""
+pipeline split -> tensor parallel -> FSDP -> materialise -> initialise.
+
+Parts are built on the meta device and only this rank's shards are materialised: no rank ever holds the
+full model. Initialisation is per parameter and row block (model/llama.py), so the gathered weights are the
+single-process weights of the same seed whatever the layout."""
 
 import logging
 import warnings
 
 import torch
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 from torch.distributed.device_mesh import DeviceMesh
 
 from bessemer.config import ParallelConfig, PrecisionConfig
-from bessemer.model.llama import Transformer, build_model
+from bessemer.model.llama import Transformer
 from bessemer.model.registry import ModelArgs
 from bessemer.parallel.dims import ParallelDims
 from bessemer.parallel.fsdp import apply_fsdp
 from bessemer.parallel.layout import stage_layers
-from bessemer.parallel.pipeline import build_stage_module, stage_ids
+from bessemer.parallel.pipeline import attach_tied_group, build_stage_module, stage_ids
 from bessemer.parallel.tensor import apply_tp
 from bessemer.precision.apply import prepare_model
 from bessemer.precision.policy import PrecisionPolicy
@@ -44,8 +47,9 @@ def parallelize(model: nn.Module, dims: ParallelDims, mesh: DeviceMesh, cfg: Par
     prepare_model(model, policy, precision, dims.tp)
     if uses_fsdp(dims):
         dp_mesh = mesh["dp_replicate", "dp_shard"] if dims.dp_replicate > 1 else mesh["dp_shard"]
-        apply_fsdp(model, dp_mesh, policy, offload=precision.offload.mode == "full",
-                   reshard_after_forward=dims.pp == 1)
+        # Resharded after forward under pipeline parallelism too: each unit is gathered per micro-batch
+        # (parallel/pipeline.py), so memory stays at the shards plus one unit.
+        apply_fsdp(model, dp_mesh, policy, offload=precision.offload.mode == "full")
     else:
         policy.apply_autocast_islands(model)
 
@@ -68,16 +72,10 @@ def build_model_parts(args: ModelArgs, max_seq_len: int, dims: ParallelDims, mes
     for part in parts:
         parallelize(part, dims, mesh, cfg, policy, precision)
         part.to_empty(device=device)
-        if cfg.init_from_full:
-            part.init_buffers()
-        else:
-            part.init_weights()  # each shard draws its own values: not the single-process weights
-    if cfg.init_from_full:
-        # The same weights as a single-process run with this seed, whatever the layout.
-        torch.manual_seed(seed)
-        full = build_model(args, max_seq_len, "cpu").state_dict()
-        for part in parts:
-            keys = part.state_dict().keys()
-            set_model_state_dict(part, {k: full[k].to(device) for k in keys},
-                                 options=StateDictOptions(full_state_dict=True, strict=True))
+        if args.tie_embeddings and part.tok_embeddings is not None and part.output is not None \
+                and not uses_fsdp(dims):  # to_empty() made two Parameters of the shared one
+            part.output.weight = part.tok_embeddings.weight
+        part.init_weights(seed)  # this rank's shards only; together the single-process weights of `seed`
+    if dims.pp > 1 and args.tie_embeddings:
+        attach_tied_group(parts, ids, dims.pp * cfg.stages_per_rank, mesh)
     return parts, ids

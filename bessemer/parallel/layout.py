@@ -4,7 +4,7 @@ before any collective, and in `plan`. Each message names the numbers that disagr
 import logging
 from typing import TYPE_CHECKING
 
-from bessemer.config import ParallelConfig
+from bessemer.config import ParallelConfig, check_data_parallel
 from bessemer.errors import ConfigError
 from bessemer.model.registry import ModelArgs
 from bessemer.parallel.dims import ParallelDims
@@ -64,9 +64,6 @@ def check_layout(args: ModelArgs, dims: ParallelDims, cfg: ParallelConfig, micro
         if cfg.loss_parallel and dims.tp > 1:
             raise ConfigError("parallel.loss_parallel with pipeline parallelism is not supported yet; set "
                               "parallel.loss_parallel=false (the head then gathers logits over tp)")
-        if args.tie_embeddings:
-            raise ConfigError("pipeline parallelism with tied embeddings is not supported (the embedding and the "
-                              "head live on different stages); use an untied size")
         if cfg.pp_schedule in ("gpipe", "1f1b") and cfg.stages_per_rank != 1:
             raise ConfigError(f"parallel.pp_schedule {cfg.pp_schedule} runs one stage per rank; "
                               f"parallel.virtual_stages is {cfg.stages_per_rank}")
@@ -87,5 +84,5 @@ def check_job(cfg: "JobConfig", world_size: int) -> ParallelDims:
     dims = ParallelDims.from_config(cfg.parallel, world_size)
     args = resolve_model_args(cfg.model, TokenDataset(cfg.data.path).vocab_size)
     check_layout(args, dims, cfg.parallel, cfg.train.micro_batch)
-    cfg.train.check_data_parallel(dims.dp)
+    check_data_parallel(cfg.train, dims.dp)
     return dims

@@ -29,7 +29,12 @@ def clip_grad_norm_(params: list[torch.nn.Parameter], max_norm: float, pp_group=
     groups = _groups(params)
     norms = []
     for group in groups:
-        norm = torch.nn.utils.get_total_norm([p.grad for p in group], norm_type=2.0)
+        # The last stage's copy of tied embeddings holds the same summed gradient as the first stage's: count it once.
+        grads = [p.grad for p in group if not getattr(p, "tied_copy", False)]
+        if not grads:
+            norms.append(torch.zeros((), device=group[0].grad.device))
+            continue
+        norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
         if isinstance(norm, DTensor):
             norm = norm.full_tensor()  # sharded grads give partial norms: reduce them over the mesh
         norms.append(norm.float())

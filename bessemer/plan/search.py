@@ -93,8 +93,6 @@ def tp_problem(arch: Arch, tp: int) -> str:
 
 
 def pp_problem(arch: Arch, pp: int, virtual: int) -> str:
-    if pp > 1 and arch.tie_embeddings:
-        return "pp > 1 needs untied embeddings"
     if pp * virtual > arch.n_layers:
         return f"{pp * virtual} pipeline stages for {arch.n_layers} layers"
     return ""
@@ -108,7 +106,8 @@ def memory_per_gpu(arch: Arch, seq_len: int, layout: Layout, microbatches: int) 
     t, p = layout.tp, layout.pp
     block = arch.layer_matmul_params() / t + 2 * arch.dim
     embed = arch.vocab_size * arch.dim / t
-    head = 0 if arch.tie_embeddings else arch.vocab_size * arch.dim / t
+    # Tied embeddings: one matrix in one process; under pipelining the last stage keeps its own copy.
+    head = 0 if arch.tie_embeddings and p == 1 else arch.vocab_size * arch.dim / t
     layers = math.ceil(arch.n_layers / p)
     # The first stage has the embedding, the last the head; with pp == 1 one rank has both.
     stage = max(layers * block + embed, layers * block + head + arch.dim) if p > 1 else \

@@ -154,6 +154,44 @@ def _curation_section(run_dir: Path) -> str:
             f"{''.join(rows)}</table>")
 
 
+LOGS = "logs"  # where the launcher and the ranks write their logs (bessemer/proc.py), under the run directory
+
+
+def read_failures(run_dir: Path) -> list[dict]:
+    """The failures the launcher summed up (<run_dir>/logs/failures.jsonl), oldest first; [] without any."""
+    path = run_dir / LOGS / "failures.jsonl"
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def _logs_section(run_dir: Path) -> str:
+    """Links to the rank logs and the launcher's (runs with several processes)."""
+    logs = run_dir / LOGS
+    ranks = [p for p in logs.glob("rank*.log") if p.stem.removeprefix("rank").isdigit()]
+    files = sorted(ranks, key=lambda p: int(p.stem.removeprefix("rank")))
+    files += [p for p in (logs / "launcher.log",) if p.is_file()]
+    if not files:
+        return ""
+    links = ", ".join(f'<a href="../{LOGS}/{html.escape(p.name)}">{html.escape(p.name)}</a>' for p in files)
+    return (f"<h2>Logs</h2><p>Each rank's stdout and stderr (tracebacks included) and torchrun's own output, "
+            f"in {html.escape(str(logs))}: {links}.</p>")
+
+
+def _failure_cell(failure: dict | None) -> str:
+    if failure is None:
+        return ""
+    log = Path(failure.get("log", ""))
+    link = f' (<a href="../{LOGS}/{html.escape(log.name)}">{html.escape(log.name)}</a>)' if log.name else ""
+    return html.escape(f"rank {failure.get('rank')} exited ({failure.get('exit')}) {failure.get('when', '')}") + link
+
+
 def build_report(run_dir: str | Path) -> Path:
     """Write <run_dir>/report/index.html (+ loss.png, throughput.png); returns the HTML path."""
     run_dir = Path(run_dir)
@@ -183,15 +221,16 @@ def build_report(run_dir: str | Path) -> Path:
             ("checkpoints saved", sum(e["event"] == "checkpoint_saved" for e in events))]
     alerts = [e for e in events if e["event"] == "alert"]
     loaded = {e["step"]: e for e in events if e["event"] == "checkpoint_loaded"}
+    causes = {f["restart"]: f for f in read_failures(run_dir) if f.get("restart") is not None}
     recovery_rows = "\n".join(
-        f"<tr><td>{e.get('attempt', '')}</td><td>{e['step']}</td>"
+        f"<tr><td>{e.get('attempt', '')}</td><td>{_failure_cell(causes.get(e.get('attempt')))}</td><td>{e['step']}</td>"
         f"<td>{html.escape(str(loaded.get(e['step'], {}).get('tier', '')))}</td>"
         f"<td>{html.escape(str(loaded.get(e['step'], {}).get('path', 'none (started over)')))}</td></tr>"
         for e in restarts)
     recovery = (f"<h2>Recovery</h2><p>A rank failed and every rank was restarted automatically "
                 f"(dashed lines on the loss plot); each restart resumed from the newest intact checkpoint.</p>"
-                f"<table><tr><th>restart</th><th>resumed at step</th><th>tier</th><th>checkpoint</th></tr>"
-                f"{recovery_rows}</table>" if restarts else "")
+                f"<table><tr><th>restart</th><th>cause</th><th>resumed at step</th><th>tier</th><th>checkpoint</th>"
+                f"</tr>{recovery_rows}</table>" if restarts else "")
     rows += [("skipped steps (non-finite gradients)", sum(r.get("skipped", 0) for r in records)),
              ("alerts", len(alerts)), ("automatic restarts", len(restarts))]
     if "peak_mem_gib" in records[-1]:
@@ -218,6 +257,7 @@ pre{{background:#f4f4f4;padding:1em}}</style></head><body>
 <h2>Loss</h2><img src="loss.png" alt="training loss per step">
 <h2>Throughput</h2><img src="throughput.png" alt="tokens per second per step">
 {_mixture_section(records, out)}
+{_logs_section(run_dir)}
 <h2>Resolved config</h2><pre>{html.escape(config, quote=False)}</pre>
 </body></html>
 """

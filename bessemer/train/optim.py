@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict,
-                                                     set_optimizer_state_dict)
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict, set_optimizer_state_dict
 
 from bessemer.config import TrainConfig
+from bessemer.errors import BessemerError
 from bessemer.precision.offload import HostAdamW, split_offloaded
 
 _FLAT = StateDictOptions(flatten_optimizer_state_dict=True)
@@ -123,12 +123,51 @@ class LRMultiplier:
         raise AssertionError(f"unknown schedule {self.schedule!r}")
 
 
+# The settings that shape the schedule, as LRMultiplier names them, and their config keys (train.*).
+SCHEDULE_KEYS = {"steps": "steps", "warmup": "warmup", "schedule": "schedule", "lr": "lr",
+                 "min_ratio": "min_lr_ratio"}
+
+
+def schedule_settings(cfg: TrainConfig) -> dict:
+    return {"steps": cfg.steps, "warmup": cfg.warmup, "schedule": cfg.schedule, "lr": cfg.lr,
+            "min_ratio": cfg.min_lr_ratio}
+
+
+def saved_settings(state: dict) -> dict:
+    """The schedule settings a checkpoint was trained with, from LambdaLR's state dict: the multiplier's fields
+    (LambdaLR saves a callable object's attributes) and the peak lr (`base_lrs`). A field the state lacks is
+    left out (not compared)."""
+    lambdas = state.get("lr_lambdas") or [None]
+    out = {k: v for k, v in (lambdas[0] or {}).items() if k in SCHEDULE_KEYS}
+    if state.get("base_lrs"):
+        out["lr"] = state["base_lrs"][0]
+    return out
+
+
+def schedule_differences(saved: dict, current: dict) -> list[str]:
+    """The settings (LRMultiplier names) whose change alters the learning rate. Under a constant schedule on
+    both sides, train.steps and train.min_lr_ratio do not shape the curve: changing them is no difference."""
+    constant = saved.get("schedule") == current["schedule"] == "constant"
+    return [k for k in SCHEDULE_KEYS if k in saved and saved[k] != current[k]
+            and not (constant and k in ("steps", "min_ratio"))]
+
+
+def _values(settings: dict, keys: list[str]) -> str:
+    return ", ".join(f"train.{SCHEDULE_KEYS[k]}={settings[k]}" for k in keys)
+
+
 class LRSchedules:
-    """One LambdaLR per optimizer, all on the same schedule; the state of one stands for all."""
+    """One LambdaLR per optimizer, all on the same schedule; the state of one stands for all.
+
+    A checkpoint's schedule state holds its settings. Restoring one whose settings differ from this config's
+    stops with each difference named, unless `train.override_schedule`: then the schedule is this config's,
+    continued at the saved step (the next step's lr is what the new schedule gives for it)."""
 
     def __init__(self, optimizers: Optimizers, cfg: TrainConfig):
+        self.cfg = cfg
         multiplier = LRMultiplier(cfg.warmup, cfg.steps, cfg.schedule, cfg.min_lr_ratio)
         self.schedules = [torch.optim.lr_scheduler.LambdaLR(opt, multiplier) for opt in optimizers.optimizers]
+        self.overridden: list[str] = []  # after a restore: "train.steps 100 -> 200", ... when the config won
 
     def step(self) -> None:
         for s in self.schedules:
@@ -138,5 +177,24 @@ class LRSchedules:
         return self.schedules[0].state_dict()
 
     def load_state_dict(self, state: dict) -> None:
+        saved, current = saved_settings(state), schedule_settings(self.cfg)
+        changed = schedule_differences(saved, current)
+        step = state["last_epoch"]  # steps taken: the 0-based index of the next one
+        if changed and not self.cfg.override_schedule:
+            raise BessemerError(
+                f"checkpoint step {step} was trained with {_values(saved, changed)}; this config says "
+                f"{_values(current, changed)}: set train.override_schedule=true to continue on the new schedule "
+                f"from step {step}, or restore the old values")
+        if not self.cfg.override_schedule:
+            for s in self.schedules:
+                s.load_state_dict(state)
+            return
+        # The counters from the checkpoint; the peak lr and the multiplier (already this config's) from here.
         for s in self.schedules:
-            s.load_state_dict(state)
+            groups = s.optimizer.param_groups
+            s.load_state_dict({**state, "base_lrs": [self.cfg.lr] * len(groups), "lr_lambdas": [None] * len(groups)})
+            for group, multiplier in zip(groups, s.lr_lambdas):
+                group["initial_lr"] = self.cfg.lr
+                group["lr"] = self.cfg.lr * multiplier(step)
+            s._last_lr = [group["lr"] for group in groups]
+        self.overridden = [f"train.{SCHEDULE_KEYS[k]} {saved[k]} -> {current[k]}" for k in changed]

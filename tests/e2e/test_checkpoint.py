@@ -120,7 +120,7 @@ def test_cold_backup_round_trip_through_s3_and_a_tampered_backup_is_refused(s3_e
     # Lose every local checkpoint, then resume: the newest backup (step 20) comes back from object storage.
     shutil.rmtree(run / "checkpoints")
     bessemer("train", "configs/debug.toml", "--train.steps=25", f"--run.dir={run}", *QUIET, *cold, "--resume",
-             env=env)
+             "--train.override_schedule=true", env=env)
     _, events = read_metrics(run / "metrics.jsonl")
     loaded = [e for e in events if e["event"] == "checkpoint_loaded"][-1]
     assert loaded["step"] == 20 and loaded["tier"] == "cold"

@@ -39,7 +39,7 @@ def test_resume_continues_the_mixture_and_its_reweighting_identically(tmp_path):
                "--data.reweight_eta=0.5", "--data.tolerance=0.125"]
     train(*mixture, "--train.steps=8", f"--run.dir={tmp_path / 'ref'}")
     train(*mixture, "--train.steps=4", f"--run.dir={tmp_path / 'R'}")  # saves at its end (step 4)
-    train(*mixture, "--train.steps=8", "--resume", f"--run.dir={tmp_path / 'R'}")
+    train(*mixture, "--train.steps=8", "--train.override_schedule=true", "--resume", f"--run.dir={tmp_path / 'R'}")
     ref, resumed = records(tmp_path / "ref"), records(tmp_path / "R")
     keys = ("loss", "domain_tokens_share", "domain_weights", "domain_loss", "domain_epochs")
     for s in range(5, 9):

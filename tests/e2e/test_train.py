@@ -208,3 +208,29 @@ def test_resume_with_another_model_is_a_clear_error(tmp_path):
 def test_refused_precision_settings_are_one_line_errors(args, message, tmp_path):
     proc = bessemer("train", "configs/debug.toml", "--train.steps=2", f"--run.dir={tmp_path}", *args, check=False)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_resume_with_another_schedule_stops_unless_overridden(tmp_path):
+    """A resume whose schedule settings differ from the checkpoint's names each difference and stops; with
+    train.override_schedule it continues on the new schedule from the saved step."""
+    from bessemer.train.optim import LRMultiplier
+
+    quiet = [f"--run.dir={tmp_path}", "--metrics.tensorboard=false", "--metrics.peak_tflops=1"]
+    bessemer("train", "configs/debug.toml", "--train.steps=12", *quiet)  # warmup 10, cosine; saves step 12
+    changed = ["--train.steps=20", "--train.schedule=linear", "--resume"]
+    proc = bessemer("train", "configs/debug.toml", *changed, *quiet, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "bessemer train: error: checkpoint step 12 was trained with train.steps=12, train.schedule=cosine; this "
+        "config says train.steps=20, train.schedule=linear: set train.override_schedule=true to continue on the new "
+        "schedule from step 12, or restore the old values"]
+    bessemer("train", "configs/debug.toml", *changed, "--train.override_schedule=true", *quiet)
+    steps, events = read_metrics(tmp_path / "metrics.jsonl")
+    records = {r["step"]: r for r in steps}
+    overridden = [e for e in events if e["event"] == "schedule_overridden"]
+    assert len(overridden) == 1 and overridden[0]["step"] == 12 and "train.steps 12 -> 20" in overridden[0]["changes"]
+    old, new = LRMultiplier(10, 12, "cosine", 0.1), LRMultiplier(10, 20, "linear", 0.1)
+    assert sorted(records) == list(range(1, 21))
+    for step, rec in records.items():  # the lr a step was taken with: the schedule at its 0-based index
+        assert rec["lr"] == pytest.approx(3e-3 * (old if step <= 12 else new)(step - 1), rel=1e-12), step
+    assert records[13]["lr"] != pytest.approx(3e-3 * old(12))  # the old schedule would have gone on elsewhere

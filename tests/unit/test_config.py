@@ -2,7 +2,7 @@ import tomllib
 
 import pytest
 
-from bessemer.config import JobConfig, all_keys, describe, load_config, split_overrides, to_toml
+from bessemer.config import JobConfig, all_keys, check_data_parallel, describe, load_config, split_overrides, to_toml
 from bessemer.errors import ConfigError
 
 
@@ -97,6 +97,6 @@ def test_repo_configs_load():
 
 def test_global_batch_must_split_over_data_parallel_ranks():
     cfg = load_config(None, ["--train.global_batch=8", "--train.micro_batch=2"])
-    cfg.train.check_data_parallel(4)
+    check_data_parallel(cfg.train, 4)
     with pytest.raises(ConfigError, match=r"multiple of train.micro_batch \(2\) x data-parallel ranks \(3\) = 6"):
-        cfg.train.check_data_parallel(3)
+        check_data_parallel(cfg.train, 3)

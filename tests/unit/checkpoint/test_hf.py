@@ -139,3 +139,16 @@ def test_export_refuses_to_clobber_and_rejects_bad_input(tmp_path):
     (out / "config.json").write_text(json.dumps({**config, "model_type": "mistral"}))
     with pytest.raises(BessemerError, match="only model_type 'llama'"):
         load_hf(out)
+
+
+def test_a_shard_reads_only_its_region_and_gets_the_full_loads_values(tmp_path):
+    """What a rank of a sharded run reads (checkpoint.initial_load_hf): rows and columns of one parameter, wq's
+    rows crossing heads (they are permuted within each head), equal to that part of the whole load."""
+    from bessemer.checkpoint.hf import HFWeights
+
+    out = export_hf(make_model(DEBUG).state_dict(), DEBUG, tmp_path / "hf", SEQ)
+    full, _ = load_hf(out, DEBUG)
+    weights = HFWeights(out, DEBUG)
+    for name in ("layers.1.attention.wq.weight", "layers.1.attention.wk.weight", "tok_embeddings.weight"):
+        part = weights.read(name, slice(5, 45), (slice(16, 80),))
+        assert torch.equal(part, full[name][5:45, 16:80]), name

@@ -41,6 +41,7 @@ def test_tiers_retention_manifest_and_recovery_of_the_newest(tmp_path):
         train_step(model, opt, counters)
         ckpt.save(step, "macro" if step in (2, 4) else "micro")
         saved[step] = model.weight.detach().clone()
+    ckpt.finish()  # pruning runs in the background
     micro, macro = ckpt.tiers["micro"], ckpt.tiers["macro"]
     assert sorted(p.name for p in micro.glob("step_*")) == ["step_00000003", "step_00000005"]
     assert sorted(p.name for p in macro.glob("step_*")) == ["step_00000004"]
@@ -132,6 +133,7 @@ def test_leftover_temporary_is_never_loaded_and_the_next_save_removes_it(tmp_pat
     tmp.mkdir()  # a save that died before its commit
     assert [s for s, _, _ in candidates(ckpt.cfg, tmp_path)] == [1]
     ckpt.save(2, "micro")
+    ckpt.finish()
     assert not tmp.exists()
 
 
@@ -211,3 +213,65 @@ def test_model_parts_round_trip_by_parameter_name_including_tied_weights():
 def test_checkpoint_config_defaults():
     cfg = CheckpointConfig()
     assert (cfg.micro.interval, cfg.macro.interval, cfg.cold.interval_hours) == (0, 0, 0.0)
+
+
+def test_load_reads_each_file_once_and_checks_it_while_reading(tmp_path, monkeypatch):
+    """Recovery reads every checkpoint file exactly once; the checksums are computed on those bytes (no separate
+    checking pass), and a flipped byte is still caught before anything of that file is used."""
+    from bessemer.checkpoint import manifest, reading
+
+    ckpt, model, opt, counters, _ = make(tmp_path)
+    train_step(model, opt, counters)
+    ckpt.save(1, "micro")
+    path = ckpt.tiers["micro"] / "step_00000001"
+    reads = []
+    real = reading.read_ranges
+    monkeypatch.setattr(reading, "read_ranges", lambda p, *a: reads.append(p.name) or real(p, *a))
+    monkeypatch.setattr(manifest, "checksum", lambda *a: pytest.fail("a second read to checksum"))
+    fresh, model2, _, _, events = make(tmp_path)
+    assert fresh.recover(tmp_path)[:2] == (1, "micro") and not events
+    assert sorted(reads) == sorted(read_manifest(path)["files"])  # every file, once
+    assert torch.equal(model2.weight, model.weight)
+
+
+def node_local(tmp_path, *overrides):
+    return make(tmp_path, f"--checkpoint.micro.dir={tmp_path}/local/{{node}}", "--checkpoint.micro.keep=2",
+                *overrides, meta={"layout": "world 1"})
+
+
+def test_node_local_micro_tier_commit_record_and_recovery(tmp_path):
+    from bessemer.checkpoint.paths import read_commits
+
+    ckpt, model, opt, counters, events = node_local(tmp_path)
+    for step in (1, 2, 3):
+        train_step(model, opt, counters)
+        ckpt.save(step, "micro")
+    ckpt.finish()
+    part = tmp_path / "local" / "0" / "step_00000003"
+    manifest = read_manifest(part)
+    assert manifest["storage"] == "local" and manifest["ranks"] == [0] and set(manifest["files"]) == {"rank00000.pt"}
+    assert sorted(p.name for p in part.parent.glob("step_*")) == ["step_00000002", "step_00000003"]  # keep = 2
+    assert [(e["step"], e["nodes"]) for e in read_commits(ckpt.cfg, tmp_path)] == [(2, {"0": [0]}), (3, {"0": [0]})]
+    assert [(s, t) for s, t, _ in candidates(ckpt.cfg, tmp_path)] == [(3, "micro"), (2, "micro")]
+
+    fresh, model2, opt2, counters2, _ = node_local(tmp_path)
+    assert fresh.recover(tmp_path)[:2] == (3, "micro") and counters2.step == 3
+    assert torch.equal(model2.weight, model.weight)
+    for k, v in opt.state_dict().items():
+        assert torch.equal(opt2.state_dict()[k], v) if isinstance(v, torch.Tensor) else opt2.state_dict()[k] == v
+
+    # Damaged: skipped and set aside. Another layout's: skipped, not damaged. Not in the record: not offered.
+    data = bytearray((part / "rank00000.pt").read_bytes())
+    data[len(data) // 2] ^= 0x01
+    (part / "rank00000.pt").write_bytes(bytes(data))
+    fresh, _, _, counters2, events = node_local(tmp_path)
+    assert fresh.recover(tmp_path)[0] == 2 and counters2.step == 2
+    assert "checksum does not match" in events[0][2]["reason"] and (part.parent / "step_00000003.damaged").is_dir()
+    fresh.finish()
+    assert [e["step"] for e in read_commits(ckpt.cfg, tmp_path)] == [2]
+    other, _, _, _, events = make(tmp_path, f"--checkpoint.micro.dir={tmp_path}/local/{{node}}",
+                                  meta={"layout": "world 1 (another)"})
+    assert other.recover(tmp_path) is None and "loads only into its layout" in events[0][2]["reason"]
+    assert (part.parent / "step_00000002").is_dir()
+    (tmp_path / "checkpoints" / "macro" / "micro_commits.json").unlink()
+    assert candidates(ckpt.cfg, tmp_path) == []

@@ -4,7 +4,12 @@ import pytest
 import torch
 
 from bessemer.model.llama import apply_rope, build_model, rope_cos_sin
-from bessemer.model.registry import MODEL_SIZES, count_params, flops_per_token, get_model_args
+from bessemer.model.registry import (
+    MODEL_SIZES,
+    count_params,
+    flops_per_token,
+    get_model_args,
+)
 
 DEBUG = MODEL_SIZES["debug"]
 
@@ -101,3 +106,37 @@ def test_vocab_override_and_unknown_size():
 
     with pytest.raises(ConfigError, match="choose one of"):
         get_model_args("nope")
+
+
+def test_init_depends_on_seed_and_name_only_and_blocks_do_not_change_it(monkeypatch):
+    from bessemer.model import llama
+
+    a, b = build_model(DEBUG, 8, seed=3), build_model(DEBUG, 8, seed=3)
+    c = build_model(DEBUG, 8, seed=4)
+    for (name, pa), pb, pc in zip(a.named_parameters(), b.parameters(), c.parameters()):
+        assert torch.equal(pa, pb), name
+        assert name.endswith("norm.weight") or not torch.equal(pa, pc), name
+    # Layers draw their own values: the same module in two layers starts apart.
+    assert not torch.equal(a.layers["0"].attention.wq.weight, a.layers["1"].attention.wq.weight)
+    # Rows are drawn in blocks of whole rows (the block size is part of the definition); a shard covering some
+    # rows and columns draws exactly that part of the full tensor.
+    monkeypatch.setattr(llama, "INIT_BLOCK_NUMEL", 3 * DEBUG.dim)  # blocks of 3 rows
+    full = build_model(DEBUG, 8, seed=3).tok_embeddings.weight.detach()
+    shard = torch.empty(5, 16)  # rows 7..11 (across block boundaries), columns 32..47
+    monkeypatch.setattr(llama, "local_part", lambda p: (shard, (7, 32)))
+    llama.init_param_(torch.empty(full.shape, device="meta"), a.init_rule("tok_embeddings.weight"), 3,
+                      "tok_embeddings.weight")
+    assert torch.equal(shard, full[7:12, 32:48])
+
+
+def test_a_pipeline_stage_with_tied_embeddings_starts_its_head_as_the_embedding():
+    from bessemer.parallel.pipeline import build_stage_module
+
+    args = dataclasses.replace(DEBUG, tie_embeddings=True)
+    whole = build_model(args, 8, seed=5)
+    last = build_stage_module(args, 8, range(2, 4), 2, 1)
+    last.to_empty(device="cpu")
+    last.init_weights(5)
+    assert last.tok_embeddings is None
+    assert torch.equal(last.output.weight, whole.tok_embeddings.weight)
+    assert torch.equal(last.layers["3"].feed_forward.w2.weight, whole.layers["3"].feed_forward.w2.weight)

@@ -1,0 +1,134 @@
+"""What a training run is built from, one builder per component, called top to bottom by `Trainer.__init__`:
+the device, the process group and mesh with this rank's model parts (and their pipeline schedule), the resolved
+config, the cold tier. Each builder takes only what it needs."""
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bessemer.checkpoint.paths import redact_url
+from bessemer.config import CheckpointConfig, JobConfig, to_toml
+from bessemer.model.llama import build_model
+from bessemer.model.registry import ModelArgs
+from bessemer.parallel.apply import build_model_parts
+from bessemer.parallel.dims import Launch, ParallelDims, build_mesh, init_distributed
+from bessemer.parallel.pipeline import build_schedule
+from bessemer.precision.apply import prepare_model
+from bessemer.precision.policy import PrecisionPolicy
+
+Event = Callable[..., None]  # event(name, step, **fields)
+
+
+def build_device(launch: Launch) -> torch.device:
+    if torch.cuda.is_available():
+        torch.cuda.set_device(launch.local_rank)
+        return torch.device("cuda", launch.local_rank)
+    return torch.device("cpu")
+
+
+def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1))  # mean over B*T tokens
+
+
+@dataclass
+class ModelBuild:
+    """This rank's model parts and how they are laid out."""
+
+    parts: list[nn.Module]
+    mesh: object | None = None  # the 4-D DeviceMesh (None in one process)
+    dp_mesh: object | None = None  # the flattened data-parallel mesh
+    pp_schedule: object | None = None  # the pipeline schedule when pp > 1
+    pp_stages: list = dataclasses.field(default_factory=list)
+    tp_rank: int = 0
+    has_first: bool = True  # pipeline: whether this rank feeds tokens
+    has_last: bool = True  # ... and whether it computes the loss
+
+    @property
+    def dp_rank(self) -> int:
+        return self.dp_mesh.get_local_rank() if self.mesh is not None else 0
+
+
+def build_model_parts_for(cfg: JobConfig, model_args: ModelArgs, dims: ParallelDims, launch: Launch,
+                          device: torch.device, policy: PrecisionPolicy, pp_microbatches: int,
+                          pipeline_loss: Callable) -> ModelBuild:
+    """Join the process group (when distributed), build the mesh and this rank's parts (and their pipeline
+    schedule, whose loss is `pipeline_loss`); in one process, the whole model."""
+    if not launch.distributed:
+        model = build_model(model_args, cfg.train.seq_len, device, seed=cfg.run.seed)
+        prepare_model(model, policy, cfg.precision, tp=1)
+        policy.apply_autocast_islands(model)
+        return ModelBuild([model])
+    from bessemer.checkpoint.store import clear_tier_leftovers
+
+    # Before the process group exists: each node clears what a killed attempt left in its own directories, so
+    # no collective ever waits for that.
+    clear_tier_leftovers(cfg.checkpoint, Path(cfg.run.dir), launch.rank, launch.local_rank, launch.node)
+    init_distributed(launch, device.type, cfg.parallel.timeout_s)
+    mesh, dp_mesh = build_mesh(dims, device.type)
+    parts, stage_ids = build_model_parts(model_args, cfg.train.seq_len, dims, mesh, cfg.parallel, cfg.precision,
+                                         device, cfg.run.seed)
+    build = ModelBuild(parts, mesh, dp_mesh, tp_rank=mesh["tp"].get_local_rank())
+    if dims.pp > 1:
+        num_stages = dims.pp * cfg.parallel.stages_per_rank
+        build.pp_schedule, build.pp_stages = build_schedule(
+            parts, stage_ids, num_stages, cfg.parallel.pp_schedule, pp_microbatches, pipeline_loss, device,
+            mesh["pp"].get_group())
+        build.has_first = any(s.is_first for s in build.pp_stages)
+        build.has_last = any(s.is_last for s in build.pp_stages)
+    return build
+
+
+def pipeline_loss(scale: Callable[[], float], accum_steps: int, pp_microbatches: int) -> Callable:
+    """The loss a pipeline schedule calls per micro-batch: scaled so the gradients summed over all micro-batches
+    of the step are those of the global batch's mean loss (times the loss scale `scale()`). The schedule's own
+    scale_grads is off: it would rescale gradients already accumulated by the previous train.micro_batch."""
+
+    def loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return loss_fn(logits, targets) * (scale() / (accum_steps * pp_microbatches))
+
+    return loss
+
+
+def load_hf(hf_dir: Path, model_args: ModelArgs, parts: list[nn.Module], device: torch.device) -> None:
+    """Start from Hugging Face Llama weights: every rank reads only the rows and columns of its own shards from
+    the safetensors files (checkpoint/hf.py), so memory holds its shards plus one region at a time."""
+    from bessemer.checkpoint.hf import load_hf_into
+
+    load_hf_into(hf_dir, model_args, parts)
+
+
+def resolved_config(cfg: JobConfig, model_args: ModelArgs, dims: ParallelDims) -> str:
+    """The config as this run resolved it (the data's vocabulary, dp_shard = -1 made explicit), as TOML."""
+    resolved = dataclasses.replace(
+        cfg, model=dataclasses.replace(cfg.model, vocab_size=model_args.vocab_size),
+        parallel=dataclasses.replace(cfg.parallel, dp_shard=dims.dp_shard))
+    return to_toml(resolved)
+
+
+def build_cold(cfg: CheckpointConfig, run_dir: Path, is_main: bool, events: list[tuple]):
+    """Rank 0's cold tier (backups and restores), when configured; the uploader's thread appends its outcomes to
+    `events` as (name, step, fields)."""
+    cold = cfg.cold
+    if not cold.url:
+        return None
+    from bessemer.checkpoint.backup import ColdTier
+    from bessemer.checkpoint.cold import load_key
+
+    load_key(cold.key_env, cold.key_file)  # on every rank, before any collective: all fail alike
+    if not is_main:
+        return None
+    # Stale upload snapshots are cleared with the macro tier's other leftovers (checkpoint/store.py).
+
+    def done(step: int, error: BaseException | None, seconds: float) -> None:  # the uploader's thread
+        if error is None:
+            events.append(("cold_backup_saved", step, {"seconds": round(seconds, 3), "url": redact_url(cold.url)}))
+        else:
+            events.append(("alert", step, {"kind": "cold_backup_failed",
+                                           "message": f"cold backup of step {step} failed: {error}"}))
+
+    return ColdTier(cold, done)
