@@ -4,7 +4,7 @@ from torch import nn
 
 from bessemer.config import PrecisionConfig, load_config
 from bessemer.errors import ConfigError
-from bessemer.model.llama import build_model
+from bessemer.model.llama import TokenEmbedding, build_model
 from bessemer.model.registry import get_model_args
 from bessemer.precision.fp8 import convert_to_fp8, float8_config
 from bessemer.precision.policy import PrecisionPolicy
@@ -25,7 +25,7 @@ def test_every_block_linear_becomes_float8_and_the_ends_stay_high_precision():
     assert len(targets) == 4 * 7 and targets["layers.0.feed_forward.w1"] == "rowwise"
     assert targets["layers.0.attention.wq"] == "tensorwise"
     assert isinstance(model.layers["1"].attention.wo, Float8Linear)
-    assert type(model.output) is nn.Linear and type(model.tok_embeddings) is nn.Embedding
+    assert type(model.output) is nn.Linear and type(model.tok_embeddings) is TokenEmbedding  # an nn.Embedding
     loss = model(torch.randint(0, 1024, (2, 32))).float().mean()
     loss.backward()
     assert torch.isfinite(model.layers["0"].attention.wq.weight.grad).all()
