@@ -94,14 +94,6 @@ def pipeline_loss(scale: Callable[[], float], accum_steps: int, pp_microbatches:
     return loss
 
 
-def load_hf(hf_dir: Path, model_args: ModelArgs, parts: list[nn.Module], device: torch.device) -> None:
-    """Start from Hugging Face Llama weights: every rank reads only the rows and columns of its own shards from
-    the safetensors files (checkpoint/hf.py), so memory holds its shards plus one region at a time."""
-    from bessemer.checkpoint.hf import load_hf_into
-
-    load_hf_into(hf_dir, model_args, parts)
-
-
 def resolved_config(cfg: JobConfig, model_args: ModelArgs, dims: ParallelDims) -> str:
     """The config as this run resolved it (the data's vocabulary, dp_shard = -1 made explicit), as TOML."""
     resolved = dataclasses.replace(

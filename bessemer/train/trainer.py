@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from bessemer.checkpoint.hf import load_hf_into
 from bessemer.checkpoint.store import Checkpointer, ModelParts
 from bessemer.config import JobConfig, check_data_parallel
 from bessemer.dataset.mixture import build_loader
@@ -24,7 +25,7 @@ from bessemer.precision.apply import host_offload_fraction
 from bessemer.precision.guards import Guards
 from bessemer.precision.policy import PrecisionPolicy
 from bessemer.precision.scaler import LossScaler
-from bessemer.train.builders import (build_cold, build_device, build_model_parts_for, load_hf, pipeline_loss,
+from bessemer.train.builders import (build_cold, build_device, build_model_parts_for, pipeline_loss,
                                      resolved_config)
 from bessemer.train.cadence import CheckpointCadence
 from bessemer.train.fault import FaultInjector
@@ -94,7 +95,7 @@ class Trainer:
 
         resumed = self.cadence.restore(resume or self.attempt > 0)
         if resumed is None and cfg.checkpoint.initial_load_hf:
-            load_hf(Path(cfg.checkpoint.initial_load_hf), self.model_args, self.model_parts, self.device)
+            load_hf_into(Path(cfg.checkpoint.initial_load_hf), self.model_args, self.model_parts)
             self.optimizers.params_changed()
             self.reporter.event("initial_load_hf", 0, path=cfg.checkpoint.initial_load_hf)
         if self.is_main:
