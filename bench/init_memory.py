@@ -164,6 +164,7 @@ def main() -> None:
         worst = report("random init", {name: run_layout(name, tmp / "init", []) for name in names})
         hf_dir = tmp / "hf"
         write_hf_model(hf_dir)
+        os.sync()  # written back: clean page cache counts as available memory for the next layouts' check
         size = sum(f.stat().st_size for f in hf_dir.iterdir())
         print(f"wrote a {MODEL}-shaped Hugging Face directory, {size / 2**30:.2f} GiB (bf16 safetensors, streamed)")
         worst_hf = report("initial_load_hf", {name: run_layout(name, tmp / "hf_runs", [

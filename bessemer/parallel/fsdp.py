@@ -16,7 +16,12 @@ class PiecewiseReduceScatter(ReduceScatter):
     (measured: 0.5 GiB more peak for a 0.5 GiB input on 2 ranks): for the largest unit — a 128k-vocab embedding
     — that is one more unsharded gradient at the end of backward. Run as pieces of about `piece_bytes` (each the
     same column range of every rank's chunk), the copy is one piece. Every element is reduced by the same
-    operation as in one call: the same bits (tested)."""
+    operation as in one call: the same bits (tested).
+
+    The input (FSDP's copy of the unit's unsharded gradients) is given back as soon as the collective returns:
+    FSDP keeps it referenced until a later unit's reduce-scatter — on GPUs that stops the caching allocator from
+    reusing memory a stream may still read; on CPU the collective is synchronous, and the reference would keep
+    one more unsharded gradient of the largest unit alive through the gradient's cast and accumulation."""
 
     def __init__(self, piece_bytes: int = 32 << 20):
         self.piece_bytes = piece_bytes
@@ -28,14 +33,40 @@ class PiecewiseReduceScatter(ReduceScatter):
                  async_op: bool = False):
         world, per_rank = dist.get_world_size(group), output_tensor.numel()
         step = max(1, self.piece_bytes // (world * input_tensor.element_size()))
-        if per_rank <= step:
-            return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
+        if async_op:
+            return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=True)
         chunks = input_tensor.view(world, per_rank)  # row r: the part whose sum rank r receives
         for start in range(0, per_rank, step):
             stop = min(start + step, per_rank)
             dist.reduce_scatter_tensor(output_tensor[start:stop], chunks[:, start:stop].reshape(-1), op=op,
                                        group=group)
+        input_tensor.untyped_storage().resize_(0)
         return None
+
+
+def reshard_after_head_backward(head: FSDPModule) -> None:
+    """Free the gathered tied embedding as soon as the head's gradient has landed.
+
+    Tied, the embedding and the head are one unit, and FSDP frees a unit's gathered parameters only after its
+    last backward use — the lookup's, at the very end of backward — so the whole vocab x dim matrix would stay
+    gathered through the backward of every block, next to its gradient. The lookup's backward needs no weights
+    (its gradient rows go into `.grad`, model/llama.py), so the unit reshards once the head's gradient is
+    accumulated: a post-accumulate-grad hook on the gathered parameter, armed by a forward pre-hook of the head
+    that runs after FSDP's own (which swaps the gathered parameter in); the hook removes itself. The unit's
+    post-backward still reduces the gradient (resharding there again is a no-op)."""
+
+    def arm(module: nn.Module, args) -> None:
+        weight = module.weight
+        if not (torch.is_grad_enabled() and weight.requires_grad):
+            return
+
+        def landed(param: torch.Tensor) -> None:
+            handle.remove()
+            head.reshard()
+
+        handle = weight.register_post_accumulate_grad_hook(landed)
+
+    head.register_forward_pre_hook(arm)  # after FSDP's own pre-forward: `weight` is the gathered parameter
 
 
 def apply_fsdp(model: nn.Module, dp_mesh: DeviceMesh, policy: PrecisionPolicy, offload: bool = False,
@@ -67,6 +98,7 @@ def apply_fsdp(model: nn.Module, dp_mesh: DeviceMesh, policy: PrecisionPolicy, o
     emb, head = model.tok_embeddings, model.output
     if emb is not None and head is not None and head.weight is emb.weight:
         shard([emb, head], "tok_embeddings", reshard_after_forward)
+        reshard_after_head_backward(head)
     else:
         if emb is not None:
             shard(emb, "tok_embeddings", reshard_after_forward)

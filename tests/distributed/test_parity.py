@@ -124,17 +124,22 @@ def test_offload_and_checkpointing_under_fsdp_leave_the_losses_identical(tmp_pat
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize("schedule, clip", [("interleaved_1f1b", 0.0), ("1f1b", 1.0)])
-def test_tied_embeddings_under_pipeline_parallelism_match_one_process(schedule, clip, tmp_path):
-    """debug-tied (input embedding = output head) on pp 2 x dp_shard 2: the last stage's copy of the embedding
-    gets the summed gradient of both copies (parallel/pipeline.py), so the losses are the single-process ones."""
+@pytest.mark.parametrize("schedule, clip", [("interleaved_1f1b", 0.0), ("1f1b", 1.0), ("none", 1.0)])
+def test_tied_embeddings_match_one_process(schedule, clip, tmp_path):
+    """debug-tied (input embedding = output head). On pp 2 x dp_shard 2 the last stage's copy of the embedding
+    gets the summed gradient of both copies (parallel/pipeline.py); on dp_shard 2 alone ("none", two
+    micro-batches accumulated per step) embedding and head are one FSDP unit, resharded as soon as the head's
+    gradient lands (parallel/fsdp.py). Either way the losses are the single-process ones."""
     tied = ["--model.name=debug-tied", f"--train.grad_clip={clip}", "--checkpoint.at_end=false"]
     ref = train(tmp_path / "single", 1, [*tied, "--train.micro_batch=4"])
-    extra = ["--parallel.pp=2", "--parallel.dp_shard=2", f"--parallel.pp_schedule={schedule}"]
-    # Pipeline micro-batches default to pp x virtual stages and must divide train.micro_batch.
-    extra += ["--parallel.virtual_stages=2", "--train.micro_batch=4"] if schedule == "interleaved_1f1b" else [
-        "--train.micro_batch=2"]
-    losses = train(tmp_path / "pp", 4, [*tied, *extra])
+    if schedule == "none":
+        nproc, extra = 2, ["--parallel.dp_shard=2", "--train.micro_batch=2"]
+    else:
+        nproc, extra = 4, ["--parallel.pp=2", "--parallel.dp_shard=2", f"--parallel.pp_schedule={schedule}"]
+        # Pipeline micro-batches default to pp x virtual stages and must divide train.micro_batch.
+        extra += ["--parallel.virtual_stages=2", "--train.micro_batch=4"] if schedule == "interleaved_1f1b" else [
+            "--train.micro_batch=2"]
+    losses = train(tmp_path / "parallel", nproc, [*tied, *extra])
     worst = max(abs(losses[s] - ref[s]) / abs(ref[s]) for s in ref)
-    print(f"\nparity tied pp2_dp_shard2 {schedule} grad_clip {clip}: max relative loss difference {worst:.2e}")
+    print(f"\nparity tied {extra[:2]} {schedule} grad_clip {clip}: max relative loss difference {worst:.2e}")
     assert worst < 1e-5, f"max relative loss difference {worst:.2e}"
