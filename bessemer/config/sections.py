@@ -1,7 +1,8 @@
 """The job config's sections: one plain dataclass per TOML table (`[run]`, `[model]`, `[data]`, `[train]`,
-`[parallel]`, `[precision]`, `[checkpoint]`, `[fault]`, `[metrics]`). Every field carries its documentation
-(`opt(default, doc)`), which `bessemer train --help` prints; a section's `validate()` checks its own fields
-only — checks that involve two sections are in validate.py. Each component receives only its own section.
+`[parallel]`, `[precision]`, `[checkpoint]`, `[fault]`, `[metrics]`, `[plan]`). Every field carries its
+documentation (`opt(default, doc)`), which `bessemer train --help` prints; a section's `validate()` checks its
+own fields only — checks that involve two sections are in validate.py. Each component receives only its own
+section.
 No torch: `plan` and `doctor` read configs too.
 """
 
@@ -440,6 +441,27 @@ class MetricsConfig:
 
 
 @dataclass
+class PlanConfig:
+    """What `bessemer plan --emit-config` predicted for this run; informational, the run report compares it with
+    what the run measures. Empty (zeros) when the config was not written by the planner."""
+
+    gpu: str = opt("", "Catalog name of the GPU the prediction is for (h100-sxm, ...); empty = no prediction.")
+    gpus: int = opt(0, "GPUs the prediction is for (the planned world size).")
+    layout: str = opt("", "The planned layout in words (tp, pp, dp, micro-batch, recompute).")
+    step_time_s: float = opt(0.0, "Predicted seconds per optimizer step.")
+    tokens_per_s: float = opt(0.0, "Predicted tokens per second over the whole job.")
+    mfu: float = opt(0.0, "Predicted model FLOPs utilization, a fraction of the GPU's peak (0.45 = 45%).")
+    memory_gib_per_rank: float = opt(0.0, "Predicted device memory of the largest rank, GiB.")
+
+    def validate(self) -> None:
+        for key in ("gpus", "step_time_s", "tokens_per_s", "memory_gib_per_rank"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"plan.{key} must be >= 0 (0 = not predicted), got {getattr(self, key)}")
+        if not 0 <= self.mfu <= 1:
+            raise ConfigError(f"plan.mfu must be a fraction in [0, 1], got {self.mfu}")
+
+
+@dataclass
 class JobConfig:
     run: RunConfig = section(RunConfig, "Where outputs go and the seed.")
     model: ModelConfig = section(ModelConfig, "Which model to build.")
@@ -451,3 +473,4 @@ class JobConfig:
                                            "cold tiers.")
     fault: FaultConfig = section(FaultConfig, "Fault injection, for tests and the demo.")
     metrics: MetricsConfig = section(MetricsConfig, "What is logged where.")
+    plan: PlanConfig = section(PlanConfig, "The planner's prediction for this run (written by bessemer plan).")

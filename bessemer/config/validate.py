@@ -12,7 +12,8 @@ from bessemer.precision.rules import parse_rules, uses_fp8
 def validate_job(cfg: JobConfig, dp: int | None = None) -> None:
     """Every section's own checks, then the cross-section ones; with `dp` (data-parallel ranks) also that the
     global batch splits over them."""
-    for name in ("run", "model", "data", "train", "parallel", "precision", "checkpoint", "fault", "metrics"):
+    for name in ("run", "model", "data", "train", "parallel", "precision", "checkpoint", "fault", "metrics",
+                 "plan"):
         section = getattr(cfg, name)
         if hasattr(section, "validate"):
             section.validate()

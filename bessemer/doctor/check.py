@@ -5,6 +5,9 @@ from typing import Literal
 
 Status = Literal["pass", "warn", "fail", "skip"]
 STATUSES: tuple[Status, ...] = ("pass", "warn", "fail", "skip")
+# Of every JSON document the doctor prints (host, runtime, or both in one): raised when a field is removed or
+# changes meaning, so a script can refuse a document it does not understand.
+SCHEMA_VERSION = 1
 
 
 @dataclass

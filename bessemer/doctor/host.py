@@ -11,12 +11,15 @@ from pathlib import Path
 
 from bessemer.doctor.check import STATUSES, Check
 from bessemer.doctor.host_context import CheckInfo, HostContext
+from bessemer.doctor.host_gpu import NVLINK, PCIE, XID, check_nvlink, check_pcie, check_xid
+from bessemer.doctor.host_gpu_setup import FABRIC, PEERMEM, SETTINGS, check_fabric, check_peermem, check_settings
 from bessemer.doctor.host_hardware import (GPU, NUMA, STORAGE, check_gpu_health, check_numa_affinity,
                                            check_storage_checkpoint)
-from bessemer.doctor.host_network import (NCCL_ENV, RDMA_LINKS, RDMA_PFC, check_nccl_env, check_rdma_links,
-                                          check_rdma_pfc)
-from bessemer.doctor.host_system import (CLOCK, LIMITS, MAP_COUNT, SHM, VERSIONS, check_clock_sync, check_limits,
-                                         check_shm_size, check_versions, check_vm_max_map_count)
+from bessemer.doctor.host_network import NCCL_ENV, check_nccl_env
+from bessemer.doctor.host_rdma import RDMA_LINKS, RDMA_PFC, check_rdma_links, check_rdma_pfc
+from bessemer.doctor.host_system import (CLOCK, LIMITS, MAP_COUNT, SHM, TUNING, VERSIONS, check_clock_sync,
+                                         check_host_tuning, check_limits, check_shm_size, check_versions,
+                                         check_vm_max_map_count)
 from bessemer.errors import BessemerError
 
 HOST_CHECKS: list[tuple[CheckInfo, Callable[[HostContext], Check]]] = [
@@ -27,9 +30,16 @@ HOST_CHECKS: list[tuple[CheckInfo, Callable[[HostContext], Check]]] = [
     (RDMA_LINKS, check_rdma_links),
     (RDMA_PFC, check_rdma_pfc),
     (GPU, check_gpu_health),
+    (SETTINGS, check_settings),
+    (XID, check_xid),
+    (PCIE, check_pcie),
+    (NVLINK, check_nvlink),
+    (FABRIC, check_fabric),
+    (PEERMEM, check_peermem),
     (STORAGE, check_storage_checkpoint),
     (SHM, check_shm_size),
     (LIMITS, check_limits),
+    (TUNING, check_host_tuning),
     (VERSIONS, check_versions),
 ]
 CHECK_IDS: tuple[str, ...] = tuple(info.id for info, _ in HOST_CHECKS)
@@ -55,11 +65,17 @@ def run_one(info: CheckInfo, fn: Callable[[HostContext], Check], ctx: HostContex
 
 def run_checks(root: str | Path | None = None, only: list[str] | None = None, *,
                environ: Mapping[str, str] | None = None, ckpt_dirs: list[str | Path] | None = None,
-               checkpoint_save_s: float | None = None) -> list[Check]:
+               checkpoint_save_s: float | None = None, expect_gpus: int | None = None,
+               expect_link_rate_gbps: float | None = None, timeout_s: float | None = None,
+               save_basis: str = "") -> list[Check]:
     """Run the host checks (those in `only`, or all) against the live machine or the snapshot under `root`.
     `environ` defaults to os.environ (live) or ROOT/environ; `ckpt_dirs` to the current and temp directories;
-    `checkpoint_save_s`, when known, lets nccl.env compare the collective timeout with a checkpoint save."""
-    ctx = HostContext.build(root, environ, ckpt_dirs, checkpoint_save_s)
+    `checkpoint_save_s`, when known, lets nccl.env compare the collective timeout with a checkpoint save;
+    `expect_gpus` makes gpu.health fail when fewer GPUs answer (or none, the driver not loading);
+    `expect_link_rate_gbps` makes rdma.links fail for slower ports; `timeout_s` is the run's collective timeout
+    (default: parallel.timeout_s's) and `save_basis` says where `checkpoint_save_s` came from."""
+    ctx = HostContext.build(root, environ, ckpt_dirs, checkpoint_save_s, expect_gpus=expect_gpus,
+                            expect_link_rate_gbps=expect_link_rate_gbps, timeout_s=timeout_s, save_basis=save_basis)
     if ctx.root is not None and not ctx.root.is_dir():
         raise BessemerError(f"--root {ctx.root} is not a directory")
     return [run_one(info, fn, ctx) for info, fn in select(only)]

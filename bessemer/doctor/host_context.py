@@ -44,14 +44,21 @@ class HostContext:
     environ: Mapping[str, str] = field(default_factory=dict)
     ckpt_dirs: list[Path] = field(default_factory=list)
     checkpoint_save_s: float | None = None  # seconds one checkpoint save takes, when known (nccl.env)
+    expect_gpus: int | None = None  # GPUs the node must have (gpu.health fails with fewer), None: don't count
+    expect_link_rate_gbps: float | None = None  # Gb/s every RDMA port in use must reach (rdma.links), None: any
+    timeout_s: float | None = None  # the run's collective timeout, parallel.timeout_s of `--config` (nccl.env)
+    save_basis: str = ""  # how checkpoint_save_s was obtained, or why it is unknown (nccl.env's evidence)
 
     @classmethod
     def build(cls, root: str | Path | None = None, environ: Mapping[str, str] | None = None,
-              ckpt_dirs: list[str | Path] | None = None, checkpoint_save_s: float | None = None) -> "HostContext":
+              ckpt_dirs: list[str | Path] | None = None, checkpoint_save_s: float | None = None,
+              expect_gpus: int | None = None, expect_link_rate_gbps: float | None = None,
+              timeout_s: float | None = None, save_basis: str = "") -> "HostContext":
         root = Path(root) if root is not None else None
         if environ is None:
             environ = dict(os.environ) if root is None else read_environ_file(root / "environ")
-        return cls(root, environ, [Path(d) for d in ckpt_dirs or []], checkpoint_save_s)
+        return cls(root, environ, [Path(d) for d in ckpt_dirs or []], checkpoint_save_s, expect_gpus,
+                   expect_link_rate_gbps, timeout_s, save_basis)
 
     @property
     def live(self) -> bool:

@@ -9,12 +9,13 @@ from pathlib import Path
 
 from bessemer.doctor.check import Check
 from bessemer.doctor.host_context import GIB, NOT_UNDER_ROOT, CheckInfo, HostContext, format_cpulist, gib, parse_cpulist
+from bessemer.doctor.host_gpu import GPU_CLASSES
+from bessemer.doctor.host_gpu_setup import expected_gpus_problem, gpu_modes
 
 NUMA = CheckInfo("numa.affinity", "process CPU binding on the NUMA node(s) of its NICs, HCAs and GPUs")
 GPU = CheckInfo("gpu.health", "GPU ECC errors, row remapping, retired pages, clock throttling, temperature, power")
 STORAGE = CheckInfo("storage.checkpoint", "checkpoint storage: free space and fsync'd write bandwidth")
 
-GPU_CLASSES = {"0x030000", "0x030200"}  # VGA controller, 3D controller
 GPU_VENDORS = {"0x10de": "NVIDIA", "0x1002": "AMD"}
 
 
@@ -96,8 +97,27 @@ def check_numa_affinity(ctx: HostContext) -> Check:
     return NUMA.result("pass", f"{binding}; {where}", measured=measured, **details)
 
 
+_MISSING_GPU_FIX = ("load the driver and look for its errors: nvidia-smi; dmesg | grep -iE 'nvrm|xid'; lsmod | grep "
+                    "nvidia; a GPU on the PCI bus that nvidia-smi does not list has fallen off the bus: drain the "
+                    "node and reboot (RMA if it recurs)")
+
+
+def _gpu_count_under_root(ctx: HostContext) -> Check:
+    """--expect-gpus under --root: the GPUs the snapshot's `nvidia-smi -q` lists (no NVML to ask)."""
+    gpus, source = gpu_modes(ctx)
+    problem = expected_gpus_problem(ctx, len(gpus) if gpus is not None else None, source)
+    if problem:
+        return GPU.result("fail", problem, fix=_MISSING_GPU_FIX, measured=source)
+    return GPU.result("pass", f"{len(gpus)} GPU(s) listed in {source} (expected {ctx.expect_gpus}); health "
+                              f"{NOT_UNDER_ROOT}", measured=source)
+
+
 def check_gpu_health(ctx: HostContext) -> Check:
+    """Without NVML or a GPU the check skips (a CPU node is no error) unless `--expect-gpus N` says the node has
+    N GPUs: then a driver that does not load, or fewer than N GPUs answering, fails."""
     if not ctx.live:
+        if ctx.expect_gpus is not None:
+            return _gpu_count_under_root(ctx)
         return GPU.result("skip", NOT_UNDER_ROOT, measured="NVML")
     from bessemer.doctor.nvml import HW_SLOWDOWN, SW_SLOWDOWN, NvmlUnavailable, gpu_snapshot, nvml_call, nvml_session
 
@@ -107,10 +127,16 @@ def check_gpu_health(ctx: HostContext) -> Check:
             count = nvml_call(nvml, "nvmlDeviceGetCount") or 0
             gpus = [gpu_snapshot(nvml, i) for i in range(count)]
     except NvmlUnavailable as e:
+        problem = expected_gpus_problem(ctx, None, f"NVML not available: {e}")
+        if problem:
+            return GPU.result("fail", problem, fix=_MISSING_GPU_FIX, measured="NVML")
         return GPU.result("skip", f"NVML not available: {e}", measured="NVML")
+    missing = expected_gpus_problem(ctx, len(gpus), "")
     if not gpus:
+        if missing:
+            return GPU.result("fail", f"{missing} (driver {driver})", fix=_MISSING_GPU_FIX, measured="NVML")
         return GPU.result("skip", f"NVML found no GPU (driver {driver})", measured="NVML")
-    fails, warns, lines = [], [], []
+    fails, warns, lines = [missing] if missing else [], [], []
     for g in gpus:
         tag = f"GPU{g['index']}"
         mask = g["throttle_mask"] or 0
@@ -130,13 +156,14 @@ def check_gpu_health(ctx: HostContext) -> Check:
         busy = not mask & 0x1 and (g["utilization_pct"] is None or g["utilization_pct"] > 0)
         if mask & SW_SLOWDOWN and busy:
             warns.append(f"{tag} clocks capped while busy: {','.join(r for r in reasons if r.startswith('Sw'))}")
-    fix = ""
-    if fails:
-        fix = ("ECC/remap/retirement: drain the node, reset the GPU (nvidia-smi -r) or reboot, RMA if the "
-               "remapping failed; HW slowdown: check cooling, fans and the chassis power (nvidia-smi -q -d "
-               "PERFORMANCE,TEMPERATURE,POWER)")
+    fixes = [_MISSING_GPU_FIX] if missing else []
+    if len(fails) > len(fixes):
+        fixes.append("ECC/remap/retirement: drain the node, reset the GPU (nvidia-smi -r) or reboot, RMA if the "
+                     "remapping failed; HW slowdown: check cooling, fans and the chassis power (nvidia-smi -q -d "
+                     "PERFORMANCE,TEMPERATURE,POWER)")
     elif warns:
-        fix = "check airflow and the power limit (nvidia-smi -q -d POWER); the step time will be slower"
+        fixes.append("check airflow and the power limit (nvidia-smi -q -d POWER); the step time will be slower")
+    fix = "; ".join(fixes)
     evidence = "; ".join(fails + warns + [f"driver {driver}"] + lines)
     status = "fail" if fails else "warn" if warns else "pass"
     return GPU.result(status, evidence, fix=fix, measured="NVML (pynvml)", driver=driver, gpus=gpus)

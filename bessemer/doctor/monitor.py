@@ -1,7 +1,9 @@
 """What a training run watches while it trains, built from `[metrics]`: the detectors (straggler, memory leak,
 data-loader starvation on rank 0; GPU throttling on each node's sampling rank), the telemetry sampler (local
 rank 0 of each node) and the Prometheus exporter (rank 0). The trainer hands it each step's numbers from every
-rank and gets alerts back through its own `alert(kind, message, **fields)`. No torch.
+rank and gets alerts back through its own `alert(kind, message, **fields)`. An alert raised on another node
+waits in that rank's outbox until the trainer's next end-of-step exchange carries it to rank 0
+(`take_outbox` there, `record_alert` on rank 0), so every node's alerts reach metrics.jsonl. No torch.
 """
 
 import sys
@@ -18,12 +20,13 @@ RANK_FIELDS = ("step_time_s", "data_s", "forward_backward_s", "optimizer_s", "me
 class RunMonitor:
     """`alert(kind, message, **fields)` records an alert (rank 0's metrics.jsonl and console); `telemetry(sample)`
     records a telemetry sample. Both are called from the training thread only: samples taken by the sampler
-    thread wait in a queue until the next `after_step`. `memory` names what memory_bytes measures."""
+    thread wait in a queue until the next `after_step`. `memory` names what memory_bytes measures; `node` is
+    this rank's node, recorded with the alerts it raises."""
 
     def __init__(self, cfg: MetricsConfig, rank: int, local_rank: int, world_size: int,
                  alert: Callable[..., None], telemetry: Callable[[dict], None], enabled: bool = True,
-                 memory: str = "memory"):
-        self.cfg, self.rank = cfg, rank
+                 memory: str = "memory", node: int = 0):
+        self.cfg, self.rank, self.node = cfg, rank, node
         self._alert, self._telemetry = alert, telemetry
         main = enabled and rank == 0
         self.straggler = (StragglerDetector(cfg.straggler_margin, cfg.straggler_window, cfg.straggler_fraction)
@@ -39,6 +42,7 @@ class RunMonitor:
                                           peer_window=2 * cfg.throttle_samples) if self._sample else None)
         self.exporter = self.sampler = None
         self._samples: deque[dict] = deque()  # appended by the sampler thread, drained by the training thread
+        self._outbox: list[dict] = []  # alerts raised on a rank other than 0, not yet sent to rank 0
 
     def start(self) -> None:
         """Serve Prometheus and start sampling (when configured); `close` stops both."""
@@ -79,15 +83,28 @@ class RunMonitor:
             self._telemetry(sample)
             if self.throttle is not None and sample.get("gpus"):
                 for a in self.throttle.update(sample["gpus"]):
-                    self._raise({**a, "host": sample["host"]})
+                    self._raise({**a, "host": sample["host"], "node": self.node})
 
     def _raise(self, alert: dict) -> None:
-        fields = {k: v for k, v in alert.items() if k not in ("kind", "message")}
         if self.rank == 0:
-            self._alert(alert["kind"], alert["message"], **fields)
-        else:  # a node other than rank 0's: its metrics.jsonl is rank 0's, so say it on this node's stderr
-            print(f"alert {alert['kind']} on {fields.get('host', '')} (rank {self.rank}): {alert['message']}",
-                  file=sys.stderr, flush=True)
+            self.record_alert(alert)
+            return
+        # Another node: metrics.jsonl is rank 0's. Say it on this node's stderr now, send it with the next exchange.
+        print(f"alert {alert['kind']} on {alert.get('host', '')} (rank {self.rank}): {alert['message']}",
+              file=sys.stderr, flush=True)
+        self._outbox.append({**alert, "source_rank": self.rank,
+                             "message": f"node {self.node} ({alert.get('host', '?')}, rank {self.rank}): "
+                                        f"{alert['message']}"})
+
+    def take_outbox(self) -> list[dict]:
+        """The alerts raised here since the last call, for the exchange to carry to rank 0 (empty on rank 0)."""
+        out, self._outbox = self._outbox, []
+        return out
+
+    def record_alert(self, alert: dict) -> None:
+        """Rank 0: record an alert (its own or one another rank sent) through the trainer's callback."""
+        fields = {k: v for k, v in alert.items() if k not in ("kind", "message")}
+        self._alert(alert["kind"], alert["message"], **fields)
 
     def count_alert(self, kind: str) -> None:
         if self.exporter is not None:

@@ -117,3 +117,45 @@ def gpu_snapshot(nvml: Any, index: int) -> dict[str, Any]:
 
 def _bool(value: Any) -> bool | None:
     return None if value is None else bool(value)
+
+
+def gpu_settings(nvml: Any, index: int) -> dict[str, Any]:
+    """One GPU's operator-set modes (gpu.settings): persistence, ECC and MIG, current and pending; None where the
+    GPU or driver cannot say (MIG on a GPU without MIG support)."""
+    h = nvml.nvmlDeviceGetHandleByIndex(index)
+    pci = nvml_call(nvml, ("nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo"), h)
+    ecc = nvml_call(nvml, "nvmlDeviceGetEccMode", h)  # (current, pending)
+    mig = nvml_call(nvml, "nvmlDeviceGetMigMode", h)  # (current, pending)
+    bus_id = getattr(pci, "busId", None)
+    return {
+        "index": index,
+        "bus_id": bus_id.decode() if isinstance(bus_id, bytes) else bus_id,
+        "name": nvml_call(nvml, "nvmlDeviceGetName", h),
+        "persistence": _bool(nvml_call(nvml, "nvmlDeviceGetPersistenceMode", h)),
+        "ecc": bool(ecc[0]) if ecc else None,
+        "ecc_pending": bool(ecc[1]) if ecc else None,
+        "mig": bool(mig[0]) if mig else None,
+        "mig_pending": bool(mig[1]) if mig else None,
+    }
+
+
+# nvmlNvLinkErrorCounter_t: replays (a flit resent), recoveries (the link retrained), CRC errors on flits and data.
+NVLINK_ERROR_COUNTERS = {"replay": ("NVML_NVLINK_ERROR_DL_REPLAY", 0),
+                         "recovery": ("NVML_NVLINK_ERROR_DL_RECOVERY", 1),
+                         "crc_flit": ("NVML_NVLINK_ERROR_DL_CRC_FLIT", 2),
+                         "crc_data": ("NVML_NVLINK_ERROR_DL_CRC_DATA", 3)}
+
+
+def nvlink_status(nvml: Any, index: int) -> dict[int, dict[str, Any]]:
+    """{link: {"active": bool, "replay": n, "recovery": n, "crc_flit": n, "crc_data": n}} for the NVLinks this GPU
+    has; empty for a GPU without NVLink (every link query unsupported). Counters are None where unsupported."""
+    h = nvml.nvmlDeviceGetHandleByIndex(index)
+    links = {}
+    for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
+        state = nvml_call(nvml, "nvmlDeviceGetNvLinkState", h, link)
+        if state is None:
+            continue
+        links[link] = {"active": state == 1}
+        for key, (name, default) in NVLINK_ERROR_COUNTERS.items():
+            links[link][key] = nvml_call(nvml, "nvmlDeviceGetNvLinkErrorCounter", h, link, getattr(nvml, name, default))
+    return links

@@ -16,8 +16,9 @@ import sys
 import time
 from collections import Counter
 
-from bessemer.doctor.check import Check
+from bessemer.doctor.check import SCHEMA_VERSION, Check
 from bessemer.errors import BessemerError, ConfigError
+from bessemer.plan.catalog import NETWORKS
 
 MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "tp")  # build_mesh's order, outer to inner
 LOADER_WAIT_WARN = 0.10  # the loader's share of (load + forward/backward) above which training waits on data
@@ -34,6 +35,22 @@ def _mib_list(text: str) -> tuple[float, ...]:
     return sizes
 
 
+def _positive_mib(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a size in MiB > 0, e.g. 256; got {text!r}")
+    return value
+
+
+def _nics(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a count >= 0 (0 = one NIC per GPU); got {text!r}")
+    return int(text)
+
+
 def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     """The runtime checks' options (no --json: the doctor command owns it; run_runtime reads args.json)."""
     g = parser.add_argument_group("runtime checks (every rank of the job, under torchrun)")
@@ -42,8 +59,16 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--dp-replicate", type=int, default=1, help="data-parallel replica groups (default 1)")
     g.add_argument("--dp-shard", type=int, default=-1,
                    help="data-parallel sharding degree; -1 = what the world leaves (default)")
-    g.add_argument("--busbw-sizes", type=_mib_list, default=(1.0, 16.0), metavar="MIB,MIB",
-                   help="message sizes for the bandwidth checks, in MiB (default 1,16)")
+    g.add_argument("--busbw-sizes", type=_mib_list, default=None, metavar="MIB,MIB",
+                   help="message sizes for the bandwidth checks, in MiB (default 1, 4, 16, ... up to "
+                        "--busbw-max-mib)")
+    g.add_argument("--busbw-max-mib", type=_positive_mib, default=None, metavar="MIB",
+                   help="largest default message size, in MiB (default 256 on GPU, 16 on CPU/gloo)")
+    g.add_argument("--network", choices=sorted(NETWORKS), default=None,
+                   help="the fabric between nodes, as in `bessemer plan`: the planner's bandwidth for groups that "
+                        "span nodes (default none: those are not compared)")
+    g.add_argument("--nics-per-node", type=_nics, default=0, metavar="N",
+                   help="NICs per node with --network (default 0 = one per GPU, as in `bessemer plan`)")
     g.add_argument("--busbw-iters", type=int, default=5, metavar="N", help="timed calls per size (default 5)")
     g.add_argument("--data", default=None, metavar="PATH", help="a token shard directory: time the data loader on it")
     g.add_argument("--seq-len", type=int, default=256, help="sequence length for the loader check (default 256)")
@@ -232,10 +257,11 @@ def loader_check(per_rank: list[dict] | None, data: str | None, seq_len: int, mi
 
 def trainer_checks(dims_spec: dict, seed: int) -> list[Check]:
     """The runtime checks as the trainer runs them at start (`metrics.runtime_checks`), on its own mesh."""
-    return run_runtime_checks(dims_spec, sizes_mb=(1, 16), iters=3, seed=seed)
+    return run_runtime_checks(dims_spec, iters=3, seed=seed)
 
 
-def run_runtime_checks(dims_spec: dict | None = None, sizes_mb: tuple[float, ...] = (1, 16), iters: int = 5, *,
+def run_runtime_checks(dims_spec: dict | None = None, sizes_mb: tuple[float, ...] | None = None, iters: int = 5, *,
+                       max_mib: float | None = None, network: str | None = None, nics_per_node: int = 0,
                        data: str | None = None, seq_len: int = 256, micro_batch: int = 2, seed: int = 0,
                        inject_rng_skew: int | None = None, inject_param_skew: int | None = None) -> list[Check]:
     """Run every runtime check on this rank; all ranks of the job must call it and all return the same list.
@@ -248,7 +274,8 @@ def run_runtime_checks(dims_spec: dict | None = None, sizes_mb: tuple[float, ...
     import torch.distributed as dist
 
     from bessemer.config import ParallelConfig
-    from bessemer.doctor.runtime_comm import busbw_checks, clock_check, measure_busbw, measure_clock_offsets
+    from bessemer.doctor.runtime_comm import (DEFAULT_MAX_MIB, busbw_checks, clock_check, measure_busbw,
+                                              measure_clock_offsets, planner_expectation, size_ladder)
     from bessemer.parallel.dims import Launch, ParallelDims, build_mesh, init_distributed
     from bessemer.train.state import seed_everything
 
@@ -290,7 +317,10 @@ def run_runtime_checks(dims_spec: dict | None = None, sizes_mb: tuple[float, ...
         sizes = {name: getattr(dims, name) for name in MESH_DIMS if getattr(dims, name) > 1}
         if launch.distributed:
             sizes["world"] = launch.world_size
-            checks += busbw_checks(gather(measure_busbw(mesh, sizes, tuple(sizes_mb), iters, device)), iters)
+            sizes_mb = tuple(sizes_mb or size_ladder(max_mib or DEFAULT_MAX_MIB[device.type]))
+            gpu_name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+            expect = planner_expectation(gpu_name, gather(launch.node), network, nics_per_node)
+            checks += busbw_checks(gather(measure_busbw(mesh, sizes, sizes_mb, iters, device)), iters, expect)
 
         seed_everything(seed, deterministic=False)  # as Trainer.__init__ does, first thing
         if inject_rng_skew == launch.rank:
@@ -325,24 +355,31 @@ def format_table(checks: list[Check]) -> str:
     return "\n".join(lines)
 
 
-def run_runtime(args: argparse.Namespace) -> int:
-    """The runtime doctor on this rank (every rank runs it): rank 0 prints, 1 when any check fails. Options
-    that `args` lacks (a parser without add_runtime_arguments) take their defaults."""
+def run_runtime(args: argparse.Namespace, host: dict | None = None) -> int:
+    """The runtime doctor on this rank (every rank runs it): rank 0 prints, 1 when any check fails (or, with
+    `args.strict`, warns). With `args.json`, rank 0 prints one document: `{"schema_version", "checks"}`, or
+    `{"schema_version", "host", "runtime": {"checks"}}` when given its node's `host` document. Options that
+    `args` lacks (a parser without add_runtime_arguments) take their defaults."""
     from bessemer.parallel.dims import Launch
 
     defaults = argparse.ArgumentParser(add_help=False)
     add_runtime_arguments(defaults)
     args = argparse.Namespace(**{**vars(defaults.parse_args([])), **vars(args)})
     spec = {"tp": args.tp, "pp": args.pp, "dp_replicate": args.dp_replicate, "dp_shard": args.dp_shard}
-    checks = run_runtime_checks(spec, args.busbw_sizes, args.busbw_iters, data=args.data, seq_len=args.seq_len,
-                                micro_batch=args.micro_batch, seed=args.seed, inject_rng_skew=args.inject_rng_skew,
+    checks = run_runtime_checks(spec, args.busbw_sizes, args.busbw_iters, max_mib=args.busbw_max_mib,
+                                network=args.network, nics_per_node=args.nics_per_node, data=args.data,
+                                seq_len=args.seq_len, micro_batch=args.micro_batch, seed=args.seed,
+                                inject_rng_skew=args.inject_rng_skew,
                                 inject_param_skew=args.inject_param_skew)
     if Launch.from_env().rank == 0:
         if getattr(args, "json", False):
-            print(json.dumps({"checks": [c.as_dict() for c in checks]}, indent=1))
+            runtime = {"checks": [c.as_dict() for c in checks]}
+            doc = runtime if host is None else {"host": host, "runtime": runtime}
+            print(json.dumps({"schema_version": SCHEMA_VERSION, **doc}, indent=1, default=str))
         else:
             print(format_table(checks))
-    return 1 if any(c.status == "fail" for c in checks) else 0
+    bad = ("fail", "warn") if getattr(args, "strict", False) else ("fail",)
+    return 1 if any(c.status in bad for c in checks) else 0
 
 
 def main(argv: list[str] | None = None) -> int:

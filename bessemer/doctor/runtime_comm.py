@@ -2,9 +2,13 @@
 
 Both need every rank of the job running (`bessemer doctor --runtime` under torchrun); `runtime.py` calls them
 with the mesh it built. Units: sizes in MiB (2^20 bytes), bandwidths in GB/s (10^9 bytes/s), as nccl-tests.
+The bandwidth a group reaches is compared with what the planner assumes for it (plan/catalog.py and
+plan/throughput.py, torch-free), so a fabric slower than the plan shows before the run does.
 """
 
 import time
+from collections import Counter
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -18,6 +22,14 @@ SLOW_GROUP_RATIO = 2.0  # warn when one group of a dimension is this many times 
 SKEW_WARN_S = 0.1  # 100 ms: log lines and traces of different ranks stop lining up
 SKEW_FAIL_S = 1.0  # 1 s: timeouts and time-based schedules disagree between ranks
 CLOCK_ROUNDS = 8  # ping-pongs per rank; the one with the shortest round trip gives the estimate
+BELOW_EXPECTED = 0.7  # warn when a dimension's peak busbw is below this share of the planner's figure
+# Largest default message: bus bandwidth climbs with the size until latency stops mattering and levels off in
+# the hundreds of MiB on NVLink and InfiniBand (nccl-tests sweeps to GiBs). gloo on CPU copies through host
+# memory at a few GB/s, so 256 MiB would cost seconds per call for a figure nothing is compared with.
+DEFAULT_MAX_MIB = {"cuda": 256.0, "cpu": 16.0}
+
+# ranks of one group -> (the planner's all_reduce busbw for it in GB/s, or None; where it came from, or why none)
+Expectation = Callable[[list[int]], tuple[float | None, str]]
 
 
 # torch 2.13 renamed all_gather_into_tensor (the old name warns); older releases have only the old one.
@@ -78,12 +90,65 @@ def measure_busbw(mesh, dims: dict[str, int], sizes_mb: tuple[float, ...], iters
     return out
 
 
+def size_ladder(max_mib: float) -> tuple[float, ...]:
+    """1, 4, 16, 64, 256 ... MiB up to `max_mib`, which ends the ladder when it is not on it."""
+    sizes, size = [], 1.0
+    while size <= max_mib:
+        sizes.append(size)
+        size *= 4
+    if not sizes or sizes[-1] < max_mib:
+        sizes.append(max_mib)
+    return tuple(sizes)
+
+
+def planner_expectation(gpu_name: str | None, nodes: list[int], network: str | None = None,
+                        nics_per_node: int = 0) -> Expectation:
+    """The planner's busbw for a group of ranks: `nodes[r]` is rank r's node, `gpu_name` the driver's name of the
+    GPUs (None on CPU), `network` a catalog network (`bessemer plan --network`). A group inside one node runs at
+    the GPU's intra-node link, one across nodes at the NICs its ranks share (plan/throughput.py group_bandwidth),
+    both times the planner's link efficiency. No figure on CPU, for a GPU the catalog lacks, or across nodes
+    without `network`: the reason is returned instead."""
+    from bessemer.plan.catalog import get_network, match_gpu
+    from bessemer.plan.throughput import LINK_EFFICIENCY, Cluster, group_bandwidth
+
+    gpu = match_gpu(gpu_name) if gpu_name else None
+    net = get_network(network) if network else None
+    per_node = max(Counter(nodes).values())
+
+    def expect(ranks: list[int]) -> tuple[float | None, str]:
+        if gpu_name is None:
+            return None, "CPU (gloo): the planner has no figure for host-memory collectives, none compared"
+        if gpu is None:
+            return None, f"{gpu_name!r} is not in the planner's catalog (plan/catalog.py), no figure compared"
+        spans = len({nodes[r] for r in ranks}) > 1
+        if spans and net is None:
+            return None, "the group spans nodes and no --network names the fabric, no figure compared"
+        cluster = Cluster(gpu, len(nodes), per_node, network=net, nics_per_node=nics_per_node)
+        stride = ranks[1] - ranks[0] if len(ranks) > 1 else 1
+        bw, crosses = group_bandwidth(cluster, stride, len(ranks))
+        link = f"{gpu.name} {gpu.link} {cluster.intra_gbs:g} GB/s per direction"
+        if crosses and net is not None:
+            share = max(1, min(len(ranks), per_node // stride))
+            link = (f"{net.name} {cluster.nic_gbs_per_gpu:g} GB/s of NIC per GPU x {share} of the group's ranks "
+                    f"per node, at most {link}")
+        return bw / GB, f"planner: {link}, x link efficiency {LINK_EFFICIENCY:g} (plan/catalog.py, plan/throughput.py)"
+
+    return expect
+
+
 def _fmt_sizes(rows: list[dict], op: str) -> str:
     return ", ".join(f"{r['size_mib']:g} MiB {r[op]['busbw']:.3g}" for r in rows)
 
 
-def busbw_checks(per_rank: list[dict[str, tuple[list[int], list[dict]]]], iters: int) -> list[Check]:
-    """One check per dimension from every rank's `measure_busbw` result (in rank order)."""
+def _peak(rows: list[dict]) -> dict:
+    """The size at which all_reduce busbw is highest."""
+    return max(rows, key=lambda r: r["all_reduce"]["busbw"])
+
+
+def busbw_checks(per_rank: list[dict[str, tuple[list[int], list[dict]]]], iters: int,
+                 expect: Expectation | None = None) -> list[Check]:
+    """One check per dimension from every rank's `measure_busbw` result (in rank order). With `expect`, each
+    group's peak all_reduce busbw is compared with the planner's figure for it."""
     checks = []
     for name in per_rank[0]:
         groups = {tuple(r[name][0]): r[name][1] for r in per_rank}  # the ranks of one group report the same
@@ -93,7 +158,7 @@ def busbw_checks(per_rank: list[dict[str, tuple[list[int], list[dict]]]], iters:
                  for i in range(len(next(iter(groups.values()))))]
         evidence = (f"{len(groups)} group(s) of {n} ranks; busbw GB/s, slowest group: all_reduce "
                     f"{_fmt_sizes(worst, 'all_reduce')}; all_gather {_fmt_sizes(worst, 'all_gather')}")
-        status, fix = "pass", ""
+        status, fixes = "pass", []
         largest = {g: rows[-1]["all_reduce"]["busbw"] for g, rows in groups.items()}
         best, slow = max(largest, key=largest.get), min(largest, key=largest.get)
         if len(groups) > 1 and largest[best] > SLOW_GROUP_RATIO * largest[slow]:
@@ -101,16 +166,39 @@ def busbw_checks(per_rank: list[dict[str, tuple[list[int], list[dict]]]], iters:
             evidence += (f"; group {list(slow)} reaches {largest[slow]:.2f} GB/s all_reduce busbw at "
                          f"{worst[-1]['size_mib']:g} MiB, group {list(best)} {largest[best]:.2f} "
                          f"(> {SLOW_GROUP_RATIO:g}x apart)")
-            fix = (f"inspect the links of ranks {list(slow)}: NCCL_DEBUG=INFO shows the transport each ring uses "
-                   "(NVLink, PCIe/SHM, NET); `nvidia-smi topo -m` and `ibstat` show degraded or missing links")
+            fixes.append(f"inspect the links of ranks {list(slow)}: NCCL_DEBUG=INFO shows the transport each ring "
+                         "uses (NVLink, PCIe/SHM, NET); `nvidia-smi topo -m` and `ibstat` show degraded or missing "
+                         "links")
+        peaks = {g: _peak(rows) for g, rows in groups.items()}
+        low = min(peaks, key=lambda g: peaks[g]["all_reduce"]["busbw"])
+        peak = peaks[low]["all_reduce"]["busbw"]
+        evidence += f"; peak all_reduce busbw {peak:.3g} GB/s at {peaks[low]['size_mib']:g} MiB"
+        expected = {"gbs": None, "source": "not compared"}
+        if expect is not None:
+            gbs, source = expect(list(low))
+            expected = {"gbs": gbs, "source": source}
+            if gbs is None:
+                evidence += f" ({source})"
+            else:
+                evidence += f", {peak / gbs:.0%} of the expected {gbs:.3g} GB/s ({source})"
+                if peak < BELOW_EXPECTED * gbs:
+                    status = "warn"
+                    evidence += f": below {BELOW_EXPECTED:.0%} of it"
+                    fixes.append("bandwidth below the plan: NCCL_DEBUG=INFO shows whether the rings run over NVLink "
+                                 "and the InfiniBand/RoCE NICs or fall back to PCIe/sockets; check `nvidia-smi topo "
+                                 "-m`, `ibstat` (link rate) and NCCL_IB_HCA/NCCL_SOCKET_IFNAME; if the busbw still "
+                                 "climbs at the largest size, measure larger ones (--busbw-max-mib)")
         what = "the whole job" if name == "world" else f"the {name} mesh dimension"
         checks.append(Check(
-            id=f"runtime.busbw.{name}", status=status, evidence=evidence, fix=fix,
-            description=f"all_reduce and all_gather bus bandwidth within each group of {what}",
+            id=f"runtime.busbw.{name}", status=status, evidence=evidence, fix="; ".join(fixes),
+            description=f"all_reduce and all_gather bus bandwidth within each group of {what}, against the plan",
             measured=(f"torch.distributed all_reduce / all_gather (one output tensor) on every {name} group at once, "
                       f"{WARMUP} warm-up + {iters} timed calls, slowest rank's time; algbw = bytes / time, busbw = "
-                      "algbw x 2(n-1)/n (all_reduce), x (n-1)/n (all_gather), as nccl-tests"),
-            details={"group_size": n, "groups": [{"ranks": list(g), "sizes": rows} for g, rows in groups.items()]}))
+                      "algbw x 2(n-1)/n (all_reduce), x (n-1)/n (all_gather), as nccl-tests; the slowest group's "
+                      "peak all_reduce busbw over the sizes against the planner's figure for that group"),
+            details={"group_size": n, "peak_busbw": peak, "peak_size_mib": peaks[low]["size_mib"],
+                     "expected_busbw": expected["gbs"], "expected_source": expected["source"],
+                     "groups": [{"ranks": list(g), "sizes": rows} for g, rows in groups.items()]}))
     return checks
 
 

@@ -64,6 +64,8 @@ def fabric_notes(network: Network, gpus: int, nodes: int) -> list[str]:
         notes.append("RoCE needs a lossless configuration end to end: PFC on the RDMA priority and ECN/DCQCN "
                      "on every switch and NIC (`bessemer doctor` checks rdma.pfc); a PFC storm from one bad NIC "
                      "can stall the whole fabric, so enable PFC watchdogs.")
+    elif network.kind == "omni-path":
+        notes.append("Omni-Path is lossless (credit-based flow control); its fabric manager (opafm) must run.")
     else:
         notes.append("InfiniBand is lossless by design (credit-based flow control) and routes adaptively; "
                      "a subnet manager (opensm/UFM) must run on the fabric.")

@@ -24,9 +24,9 @@ Activations (Korthikanti et al. 2022, "Reducing Activation Recomputation in Larg
 `layer_activation_bytes` derives them term by term (the paper's §4.1 accounting) so that the same code
 covers Llama layers: SwiGLU (w1, w3 outputs, the gate, the product: 8sbf instead of GeLU's 4sbf), grouped
 KV heads (k and v at the kv width), flash attention (no s² terms: the output and a log-sum-exp per head
-instead), no dropout masks. With flash attention "selective" recomputes the pointwise ops (the SwiGLU gate)
-instead of the attention core, the choice of op-level selective checkpointing that keeps matmul and
-attention outputs.
+instead), no dropout masks. With flash attention "selective" recomputes the attention core and the
+pointwise ops (the SwiGLU gate): op-level selective checkpointing that keeps only the matmul outputs
+(save_ops = ["mm"]).
 
 Pipeline: the first stage of 1F1B holds p micro-batches of its L/p layers, i.e. L layers' worth; the
 interleaved schedule multiplies that by (1 + (p−1)/(p·v)); GPipe holds all m micro-batches.
@@ -105,8 +105,8 @@ def layer_activation_terms(arch: Arch, seq_len: int, c: int = 2) -> list[ActTerm
         ActTerm("k", c * kv, True),
         ActTerm("v", c * kv, True),
     ]
-    if arch.flash:
-        terms += [ActTerm("attention output", c * h, True), ActTerm("logsumexp", 4 * a, True)]
+    if arch.flash:  # selective recomputes the attention core, so its output and log-sum-exp go
+        terms += [ActTerm("attention output", c * h, True, True), ActTerm("logsumexp", 4 * a, True, True)]
     else:
         terms += [ActTerm("softmax output", c * a * s, True, True)]
         if arch.dropout:
@@ -128,9 +128,11 @@ def layer_activation_terms(arch: Arch, seq_len: int, c: int = 2) -> list[ActTerm
 
 
 def layer_activation_bytes(arch: Arch, seq_len: int, micro_batch: int, tp: int = 1,
-                           sequence_parallel: bool = False, recompute: str = "none", c: int = 2) -> float:
-    """Bytes one layer keeps for backward for one micro-batch (Korthikanti et al. Table 2 for GPT layers)."""
-    tokens = seq_len * micro_batch
+                           sequence_parallel: bool = False, recompute: str = "none", c: int = 2,
+                           cp: int = 1) -> float:
+    """Bytes one layer keeps for backward for one micro-batch (Korthikanti et al. Table 2 for GPT layers);
+    context parallelism over `cp` ranks gives each rank s/cp of the tokens."""
+    tokens = seq_len * micro_batch / cp
     if recompute == "full":
         return c * arch.dim * tokens / (tp if sequence_parallel else 1)
     total = 0.0
@@ -145,12 +147,12 @@ def layer_activation_bytes(arch: Arch, seq_len: int, micro_batch: int, tp: int =
 def recompute_flops_fraction(arch: Arch, seq_len: int, recompute: str) -> float:
     """Extra forward FLOPs per token that recomputation adds, over the layers' training FLOPs:
     full recomputes each layer's forward (one third of forward + backward); selective the attention core
-    (QKᵀ and attention·V: 4·h·s FLOPs per token per layer), or nothing measurable with flash attention
-    (the gate only)."""
+    (QKᵀ and attention·V: 4·h·s FLOPs per token per layer), with flash attention too: the kernel's forward
+    runs again in backward so that its output need not be kept."""
     layer_train = 6 * arch.layer_matmul_params() + 12 * arch.dim * seq_len
     if recompute == "full":
         return 1 / 3
-    if recompute == "selective" and not arch.flash:
+    if recompute == "selective":
         return 4 * arch.dim * seq_len / layer_train
     return 0.0
 
@@ -170,15 +172,30 @@ def pipeline_in_flight_factor(schedule: str, pp: int, virtual: int, microbatches
 
 def activation_bytes_per_gpu(arch: Arch, seq_len: int, micro_batch: int, tp: int, pp: int, schedule: str,
                              virtual: int, microbatches: int, sequence_parallel: bool, recompute: str,
-                             c: int = 2) -> float:
+                             c: int = 2, cp: int = 1, recompute_layers: int | None = None) -> float:
     """Activations on the first pipeline rank (the largest), including the embedding output it holds and,
-    when one rank has the whole model, the logits and the fp32 log-softmax of the loss."""
-    per_layer = layer_activation_bytes(arch, seq_len, micro_batch, tp, sequence_parallel, recompute, c)
-    in_flight = pipeline_in_flight_factor(schedule, pp, virtual, microbatches)
-    total = arch.n_layers * per_layer * in_flight
-    if recompute != "none":  # backward rebuilds one layer on top
-        total += layer_activation_bytes(arch, seq_len, micro_batch, tp, sequence_parallel, "none", c)
-    tokens = seq_len * micro_batch
+    when one rank has the whole model, the logits and the fp32 log-softmax of the loss. Full recompute of
+    `recompute_layers` k of the L layers (None = all) keeps k layer inputs and L − k layers whole."""
+    def layer(mode: str) -> float:
+        return layer_activation_bytes(arch, seq_len, micro_batch, tp, sequence_parallel, mode, c, cp)
+
+    k = recomputed_layers(arch.n_layers, recompute, recompute_layers)
+    per_model = k * layer(recompute) + (arch.n_layers - k) * layer("none") if recompute == "full" else \
+        arch.n_layers * layer(recompute)
+    total = per_model * pipeline_in_flight_factor(schedule, pp, virtual, microbatches)
+    if recompute != "none" and k:  # backward rebuilds one layer on top
+        total += layer("none")
+    tokens = seq_len * micro_batch / cp
     if pp == 1:
         total += tokens * arch.vocab_size * (c + 4) / tp  # logits + fp32 log-softmax (vocab-parallel loss)
     return total
+
+
+def recomputed_layers(n_layers: int, recompute: str, recompute_layers: int | None) -> int:
+    """Layers whose activations are rebuilt in backward: all of them for selective and full, k for partial
+    full recomputation (`recompute_layers`), none without recomputation."""
+    if recompute == "none":
+        return 0
+    if recompute == "full" and recompute_layers is not None:
+        return min(max(recompute_layers, 0), n_layers)
+    return n_layers

@@ -5,11 +5,35 @@ import math
 from pathlib import Path
 
 from bessemer.errors import ConfigError
+from bessemer.plan.explain import describe_layout
 from bessemer.plan.fabric import FatTree
-from bessemer.plan.footprint import GIB, model_state_bytes
+from bessemer.plan.footprint import GIB, model_state_bytes, recomputed_layers
 from bessemer.plan.reliability import ReliabilityPlan
 from bessemer.plan.search import Candidate, Job, SearchResult
 from bessemer.plan.storage import StoragePlan
+from bessemer.plan.throughput import Layout
+
+
+def size(gb: float) -> str:
+    """Bytes (given in GB) in the unit that keeps their digits: 12.5 GB, 410 MB, 52.4 kB (never "0.000 GB")."""
+    for scale, unit in ((1.0, "GB"), (1e-3, "MB"), (1e-6, "kB")):
+        if gb >= scale:
+            v = gb / scale
+            return f"{v:,.0f} {unit}" if v >= 100 else f"{v:.3g} {unit}"
+    return f"{gb * 1e9:.3g} B"
+
+
+def rate(gb_per_s: float) -> str:
+    """A byte rate the same way: 12.5 GB/s, 410 MB/s, 52.4 kB/s."""
+    return f"{size(gb_per_s)}/s"
+
+
+def count(n: float) -> str:
+    """A parameter count: 70.6B, 15.2M, 8.1k."""
+    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}" if n < 100 * scale else f"{n / scale:,.0f}{unit}"
+    return f"{n:.0f}"
 
 
 def zero_table(job: Job, best: Candidate) -> list[dict]:
@@ -52,7 +76,7 @@ def print_report(job: Job, result: SearchResult, fabric: FatTree | None, fabric_
 
     con = Console(width=None if Console().is_terminal else 150)
     cl, arch = job.cluster, job.arch
-    con.print(f"[bold]{arch.name}[/]: {arch.params() / 1e9:.2f}B parameters, {job.tokens:.3g} tokens of "
+    con.print(f"[bold]{arch.name}[/]: {count(arch.params())} parameters, {job.tokens:.3g} tokens of "
               f"{job.seq_len}, batch {job.global_batch} sequences — on {cl.gpus:,} x {cl.gpu.name} "
               f"({cl.gpus_per_node} per node, {'PCIe' if cl.intra == 'pcie' else cl.gpu.link} inside, "
               f"{cl.network.name if cl.network else 'no network'} between)")
@@ -98,12 +122,12 @@ def print_report(job: Job, result: SearchResult, fabric: FatTree | None, fabric_
         con.print(f"  {note}")
     s = storage
     con.print("[bold]storage[/]")
-    con.print(f"  reads: {s.read_gbs:.3f} GB/s of token shards ({s.bytes_per_token} B/token at "
-              f"{s.tokens_per_s:,.0f} tokens/s); {s.read_gbs_raw_text:.3f} GB/s if reading raw text")
-    con.print(f"  checkpoint: {s.checkpoint_gb:,.1f} GB per save (micro and macro tiers, and each cold backup); "
-              f"HF export {s.export_gb:,.1f} GB; a {s.target_stall_s:g} s stall needs {s.write_gbs_for_stall:,.1f} "
-              f"GB/s of writes ({s.write_gbs_per_node:,.2f} GB/s per node); at {s.storage_write_gbs:g} GB/s a "
-              f"save takes {s.save_s:,.1f} s")
+    con.print(f"  reads: {rate(s.read_gbs)} of token shards ({s.bytes_per_token} B/token at "
+              f"{s.tokens_per_s:,.0f} tokens/s); {rate(s.read_gbs_raw_text)} if reading raw text")
+    con.print(f"  checkpoint: {size(s.checkpoint_gb)} per save (micro and macro tiers, and each cold backup); "
+              f"HF export {size(s.export_gb)}; a {s.target_stall_s:g} s stall needs {rate(s.write_gbs_for_stall)} "
+              f"of writes ({rate(s.write_gbs_per_node)} per node); at {rate(s.storage_write_gbs)} a "
+              f"save takes {s.save_s:,.3g} s")
     r = reliability
     con.print("[bold]reliability[/]")
     con.print(f"  MTBF {r.gpu_mtbf_hours:,.0f} h per GPU -> {r.cluster_mtbf_hours:.2f} h for the job; "
@@ -111,8 +135,50 @@ def print_report(job: Job, result: SearchResult, fabric: FatTree | None, fabric_
               f"interval {r.interval_s:,.0f} s = {r.interval_steps} steps; goodput {r.goodput:.1%}")
 
 
+def _toml_float(x: float) -> str:
+    """Six significant digits as a TOML float (a float literal even when whole: 2.0, 1.5e-07)."""
+    return repr(float(f"{x:.6g}"))
+
+
+def plan_section(job: Job, best: Candidate) -> str:
+    """The `[plan]` table of the emitted config: the prediction the run report compares with the measurement."""
+    t = best.time
+    return f"""[plan]
+gpu = "{job.cluster.gpu.name}"
+gpus = {job.cluster.gpus}
+layout = "{describe_layout(best.layout)}"
+step_time_s = {_toml_float(t.step_s)}
+tokens_per_s = {_toml_float(t.tokens_per_s)}
+mfu = {_toml_float(t.mfu)}
+memory_gib_per_rank = {_toml_float(best.memory["total"] / GIB)}
+"""
+
+
+def checkpoint_every(n_layers: int, k: int) -> int:
+    """The trainer's selective checkpointing wraps the blocks whose global id is a multiple of `every`
+    (precision/checkpointing.py), ⌈L/every⌉ of them: the largest `every` that still wraps at least the k
+    layers the plan recomputes (exactly k when some `every` gives ⌈L/every⌉ = k, else the next count above)."""
+    return max(n for n in range(1, n_layers + 1) if math.ceil(n_layers / n) >= k)
+
+
+def checkpointing_section(lay: Layout, n_layers: int) -> str:
+    """`[precision.activation_checkpoint]` that reproduces the planned recompute: partial (k of L layers) as
+    every n-th block, selective as op-level checkpointing that keeps the matmul outputs and recomputes the
+    attention core and the pointwise ops (save_ops = ["mm"], what plan/footprint.py drops for "selective")."""
+    if lay.recompute == "selective":
+        return 'mode = "selective"\nsave_ops = ["mm"]'
+    k = recomputed_layers(n_layers, lay.recompute, lay.recompute_layers)
+    if k == 0 or k == n_layers:
+        return 'mode = "none"' if k == 0 else 'mode = "full"'
+    every = checkpoint_every(n_layers, k)
+    wrapped = math.ceil(n_layers / every)
+    note = "" if wrapped == k else f" ({k} planned; every n-th block cannot give exactly {k})"
+    return f'# recompute {wrapped} of {n_layers} layers{note}\nmode = "selective"\nevery = {every}'
+
+
 def emit_config(path: str, job: Job, best: Candidate, reliability: ReliabilityPlan) -> str:
-    """A `bessemer train` config for the chosen layout; the planner's numbers in comments at the top."""
+    """A `bessemer train` config for the chosen layout; the planner's numbers in comments at the top and in
+    `[plan]`, which the run report compares with what the run measures."""
     from bessemer.config import load_config
     from bessemer.model.registry import MODEL_SIZES
 
@@ -125,8 +191,7 @@ def emit_config(path: str, job: Job, best: Candidate, reliability: ReliabilityPl
     local = job.global_batch // lay.dp
     micro_batch, microbatches = (local, m) if lay.pp > 1 else (lay.micro_batch, 0)
     steps = max(1, math.ceil(job.tokens / (job.global_batch * job.seq_len)))
-    ac = {"none": 'mode = "none"', "full": 'mode = "full"',
-          "selective": 'mode = "selective"\nsave_ops = ["mm", "sdpa"]'}[lay.recompute]
+    ac = checkpointing_section(lay, job.arch.n_layers)
     schedule = lay.schedule if lay.pp > 1 else "1f1b"
     virtual = lay.virtual if lay.pp > 1 else 0
     sp = "true" if lay.tp > 1 else "false"
@@ -175,7 +240,8 @@ mtbf_hours = {reliability.cluster_mtbf_hours:.4f}
 
 [checkpoint.micro]
 interval = "auto"
-"""
+
+{plan_section(job, best)}"""
     Path(path).write_text(text)
     load_config(path)  # what we write must load
     return path

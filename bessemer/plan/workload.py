@@ -27,9 +27,14 @@ def arch_flops_per_token(arch: Arch, seq_len: int) -> float:
 
 
 def resolve_arch(model: str | None, hidden: int, layers: int, heads: int, kv_heads: int, ffn: int,
-                 vocab: int) -> Arch:
+                 vocab: int, mlp: str = "swiglu") -> Arch:
     """`--model NAME` (dims given too override it) or a model from `--hidden --layers --heads [--kv-heads]
-    [--ffn] [--vocab]`."""
+    [--ffn] [--vocab] [--mlp]`. `mlp` "gelu" is a GPT-style MLP: two matrices of width `ffn` (default 4h);
+    "swiglu" three (default Llama's 8h/3 rounded up to 256). Registry models are SwiGLU."""
+    if mlp not in ("swiglu", "gelu"):
+        raise ConfigError(f"--mlp must be swiglu or gelu, got {mlp!r}")
+    if model and mlp == "gelu":
+        raise ConfigError("--mlp gelu describes a custom model; registry models (--model) are SwiGLU")
     if model:
         if model not in MODEL_SIZES:
             raise ConfigError(f"unknown model {model!r}; choose one of {', '.join(MODEL_SIZES)} or give "
@@ -43,7 +48,7 @@ def resolve_arch(model: str | None, hidden: int, layers: int, heads: int, kv_hea
             raise ConfigError("give --model NAME, or the model's dims: --hidden, --layers and --heads "
                               "(and optionally --kv-heads, --ffn, --vocab)")
         kv_heads = kv_heads or heads
-        ffn = ffn or _llama_ffn(hidden)
+        ffn = ffn or (4 * hidden if mlp == "gelu" else _llama_ffn(hidden))
         vocab = vocab or 128256
         tie = False
     for what, n in (("--hidden", hidden), ("--layers", layers), ("--heads", heads), ("--kv-heads", kv_heads),
@@ -55,7 +60,8 @@ def resolve_arch(model: str | None, hidden: int, layers: int, heads: int, kv_hea
     if heads % kv_heads:
         raise ConfigError(f"--heads {heads} is not divisible by --kv-heads {kv_heads}")
     return Arch(dim=hidden, n_layers=layers, n_heads=heads, n_kv_heads=kv_heads, ffn_hidden=ffn,
-                vocab_size=vocab, tie_embeddings=tie, name=model or f"custom-{hidden}x{layers}")
+                vocab_size=vocab, gated=mlp == "swiglu", tie_embeddings=tie,
+                name=model or f"custom-{hidden}x{layers}")
 
 
 def _llama_ffn(hidden: int, multiple: int = 256) -> int:

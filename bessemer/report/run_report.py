@@ -7,6 +7,7 @@ import statistics
 from pathlib import Path
 
 from bessemer.errors import BessemerError
+from bessemer.report.prediction import prediction_section
 
 
 def read_metrics(path: str | Path) -> tuple[list[dict], list[dict]]:
@@ -192,6 +193,18 @@ def _failure_cell(failure: dict | None) -> str:
     return html.escape(f"rank {failure.get('rank')} exited ({failure.get('exit')}) {failure.get('when', '')}") + link
 
 
+def _alert_where(alert: dict) -> str:
+    """Where an alert points: the node (and host) that raised it, the GPU, the rank."""
+    parts = []
+    if "node" in alert:
+        parts.append(f"node {alert['node']}" + (f" ({alert['host']})" if alert.get("host") else ""))
+    if alert.get("gpu") is not None:
+        parts.append(f"GPU {alert['gpu']}")
+    if alert.get("rank") is not None:
+        parts.append(f"rank {alert['rank']}")
+    return ", ".join(parts)
+
+
 def build_report(run_dir: str | Path) -> Path:
     """Write <run_dir>/report/index.html (+ loss.png, throughput.png); returns the HTML path."""
     run_dir = Path(run_dir)
@@ -233,15 +246,19 @@ def build_report(run_dir: str | Path) -> Path:
                 f"</tr>{recovery_rows}</table>" if restarts else "")
     rows += [("skipped steps (non-finite gradients)", sum(r.get("skipped", 0) for r in records)),
              ("alerts", len(alerts)), ("automatic restarts", len(restarts))]
-    if "peak_mem_gib" in records[-1]:
-        rows.append(("peak memory (rank 0)", f"{max(r.get('peak_mem_gib', 0) for r in records):.2f} GiB"))
+    peak_mem = max(r.get("peak_mem_gib", 0) for r in records) if "peak_mem_gib" in records[-1] else None
+    if peak_mem is not None:
+        rows.append(("peak memory (rank 0)", f"{peak_mem:.2f} GiB"))
     started = [e for e in events if e["event"] == "run_started"]
     if started:
         rows.insert(0, ("layout", started[-1]["layout"]))
+    prediction = prediction_section(run_dir / "config.toml", s, peak_mem, started[-1] if started else None)
     alert_rows = "\n".join(f"<tr><td>{e['step']}</td><td>{html.escape(str(e.get('kind')))}</td>"
-                           f"<td>{html.escape(str(e.get('message')))}</td></tr>" for e in alerts)
-    alert_section = (f"<h2>Alerts</h2><table><tr><th>step</th><th>kind</th><th>message</th></tr>{alert_rows}</table>"
-                     if alerts else "")
+                           f"<td>{html.escape(_alert_where(e))}</td><td>{html.escape(str(e.get('message')))}</td></tr>"
+                           for e in alerts)
+    alert_section = (f"<h2>Alerts</h2><p>Raised on any node; each node's alerts reach rank 0 at the next step's "
+                     f"exchange.</p><table><tr><th>step</th><th>kind</th><th>where</th><th>message</th></tr>"
+                     f"{alert_rows}</table>" if alerts else "")
     config_path = run_dir / "config.toml"
     config = config_path.read_text(encoding="utf-8") if config_path.is_file() else "(no config.toml)"
     table = "\n".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
@@ -251,6 +268,7 @@ def build_report(run_dir: str | Path) -> Path:
 pre{{background:#f4f4f4;padding:1em}}</style></head><body>
 <h1>Run report: {html.escape(run_dir.name)}</h1>
 <h2>Summary</h2><table>{table}</table>
+{prediction}
 {_curation_section(run_dir)}
 {recovery}
 {alert_section}

@@ -1,5 +1,6 @@
 """What a run tells the world: events and alerts (metrics.jsonl, the console, Prometheus counts), the step
-records, and the one exchange per step of every rank's numbers (step time, sections, memory, the stop flag)."""
+records, and the one exchange per step of every rank's numbers (step time, sections, memory, the stop flag,
+how many alerts it holds for rank 0)."""
 
 from pathlib import Path
 
@@ -32,7 +33,7 @@ class Reporter:
         self.monitor = RunMonitor(cfg, self.launch.rank, self.launch.local_rank, self.launch.world_size,
                                   alert=self.alert, telemetry=lambda s: self.metrics.telemetry(self.state.step, s),
                                   enabled=enabled, memory="CUDA allocated memory" if self.device.type == "cuda"
-                                  else "resident memory")
+                                  else "resident memory", node=self.launch.node)
 
     def flush_early(self) -> None:
         """Write the events held while the metrics logger did not exist yet."""
@@ -60,17 +61,31 @@ class Reporter:
         """Every rank's numbers for this step (RANK_FIELDS: its own step time measured up to here, its sections,
         its memory) and the stop signal, agreed by every rank so that all of them save at the same step: one
         all_gather of a few floats per step. A rank's step time runs from the start of its step to its arrival
-        here; the previous exchange lined the ranks up, so a rank that arrives late has the longest time."""
+        here; the previous exchange lined the ranks up, so a rank that arrives late has the longest time.
+        Alerts raised on other nodes since the last exchange follow in a second gather, only on the steps where
+        some rank holds one: every rank learns that from the first, so all of them take part or none."""
+        outbox = self.monitor.take_outbox()
         local = [step_time_s, *(sections.get(k, 0.0) for k in RANK_FIELDS[1:-1]),
-                 float(memory_in_use_bytes(self.device)), float(stop_signal or 0)]
+                 float(memory_in_use_bytes(self.device)), float(stop_signal or 0), float(len(outbox))]
         if not self.launch.distributed:
             return [dict(zip(RANK_FIELDS, local))], stop_signal
         mine = torch.tensor(local, dtype=torch.float64, device=self.device)
         rows = [torch.empty_like(mine) for _ in range(self.launch.world_size)]
         torch.distributed.all_gather(rows, mine)
         rows = torch.stack(rows).tolist()
-        stop = int(max(row[-1] for row in rows))
+        stop = int(max(row[-2] for row in rows))
+        if any(row[-1] for row in rows):
+            self._gather_alerts(outbox)
         return [dict(zip(RANK_FIELDS, row)) for row in rows], stop or None
+
+    def _gather_alerts(self, outbox: list[dict]) -> None:
+        """Every rank's held alerts to rank 0, which records them (metrics.jsonl, console, Prometheus)."""
+        every = [None] * self.launch.world_size
+        torch.distributed.all_gather_object(every, outbox)
+        if self.launch.rank == 0:
+            for alerts in every:
+                for alert in alerts:
+                    self.monitor.record_alert(alert)
 
     def log_step(self, out: dict, ranks: list[dict[str, float]], tokens_per_step: int, flops_per_token: float,
                  peak_flops: float, data_epoch: float) -> dict:

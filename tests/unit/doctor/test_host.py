@@ -45,7 +45,7 @@ def test_broken_snapshot_fails(broken, capsys):
 def test_json_schema(broken, capsys):
     assert main(["doctor", "--root", str(broken), "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"host", "root", "checks", "summary"}
+    assert set(out) == {"schema_version", "host", "root", "checks", "summary"} and out["schema_version"] == 1
     assert out["host"] == "gpu-042" and out["root"] == str(broken)
     assert [c["id"] for c in out["checks"]] == list(CHECK_IDS)
     for c in out["checks"]:
@@ -98,7 +98,8 @@ def test_map_count_thresholds(snap, tmp_path):
 
 def test_nccl_env(healthy):
     def nccl(**env):
-        (check,) = run_checks(root=healthy, only=["nccl.env"], environ=env, checkpoint_save_s=env.pop("save", None))
+        (check,) = run_checks(root=healthy, only=["nccl.env"], environ=env, checkpoint_save_s=env.pop("save", None),
+                              timeout_s=env.pop("timeout", None))
         return check
 
     assert nccl(NCCL_ASYNC_ERROR_HANDLING="1").status == "warn"
@@ -112,7 +113,8 @@ def test_nccl_env(healthy):
     assert "hunter2" not in secret.evidence and "NCCL_ACCESS_TOKEN=***" in secret.evidence
     assert "hunter2" not in json.dumps(secret.as_dict())
     assert nccl(save=400.0).status == "warn"  # torch's 600 s default < 2 x 400 s
-    assert nccl(save=400.0, BESSEMER_PG_TIMEOUT_S="1800").status == "pass"
+    assert nccl(save=400.0, timeout=1800.0).status == "pass"  # the run's parallel.timeout_s
+    assert nccl(save=400.0, timeout=300.0).status == "fail"
 
 
 def test_rdma_mixed_rates_and_soft_counters_warn(snap, tmp_path):
@@ -155,7 +157,7 @@ def test_limits_from_proc(snap, tmp_path):
     snap.write(tmp_path, "/proc/self/limits", snap.LIMITS.format(nofile=1024, memlock=65536))
     (tmp_path / "sys/class/infiniband/mlx5_0").mkdir(parents=True)
     (check,) = run_checks(root=tmp_path, only=["limits"])
-    assert check.status == "warn"
+    assert check.status == "fail"  # RDMA cannot pin buffers; too few open files alone only warns
     assert "ulimit -n 1048576" in check.fix and "ulimit -l unlimited" in check.fix
 
 
@@ -210,7 +212,7 @@ def test_runtime_flag_runs_host_then_runtime(healthy, monkeypatch, capsys):
     from bessemer.doctor import runtime
 
     calls = []
-    monkeypatch.setattr(runtime, "run_runtime", lambda args: calls.append(args.tp) or 1)
+    monkeypatch.setattr(runtime, "run_runtime", lambda args, host=None: calls.append(args.tp) or 1)
     monkeypatch.delenv("LOCAL_RANK", raising=False)
     assert main(["doctor", "--root", str(healthy), "--only", "vm.max_map_count", "--runtime", "--tp", "2"]) == 1
     assert calls == [2] and "vm.max_map_count" in capsys.readouterr().out

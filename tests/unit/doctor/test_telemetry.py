@@ -2,6 +2,7 @@
 
 import sys
 import threading
+import time
 import types
 
 import pytest
@@ -108,6 +109,39 @@ def test_nvml_sample_is_guarded_per_call_and_feeds_the_throttle_detector(monkeyp
     detector = ThrottleDetector(samples=3)
     alerts = [a for s in samples for a in detector.update(s["gpus"])]
     assert [a["gpu"] for a in alerts] == [1] and "HwThermalSlowdown" in alerts[0]["message"]
+
+
+def test_another_nodes_throttle_alert_waits_in_its_outbox_for_rank_0(monkeypatch):
+    """Node 1's sampling rank feeds the fake driver's samples to its real throttle detector; the alert is held
+    (not recorded there) until the exchange hands it to rank 0, which records it with the node that raised it."""
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
+    cfg = MetricsConfig(telemetry_period_s=0.01, throttle_samples=2, straggler_margin=0, leak_window=0,
+                        starved_fraction=0)
+
+    def not_here(*args, **fields):
+        raise AssertionError("a rank other than 0 records no alert")
+
+    node1 = RunMonitor(cfg, rank=2, local_rank=0, world_size=4, alert=not_here, telemetry=lambda s: None, node=1)
+    node1.start()
+    outbox, deadline = [], time.monotonic() + 10
+    try:
+        while not outbox and time.monotonic() < deadline:
+            time.sleep(0.01)
+            node1.drain()  # what after_step does on every rank
+            outbox = node1.take_outbox()
+    finally:
+        node1.close()
+    assert node1.take_outbox() == []
+    (alert,) = outbox
+    assert alert["kind"] == "throttle" and alert["gpu"] == 1 and alert["node"] == 1 and alert["source_rank"] == 2
+    assert alert["message"].startswith(f"node 1 ({alert['host']}, rank 2): GPU 1 throttled")
+    recorded = []
+    rank0 = RunMonitor(cfg, rank=0, local_rank=0, world_size=4, telemetry=None,
+                       alert=lambda kind, message, **f: recorded.append((kind, message, f)))
+    assert rank0.take_outbox() == []
+    rank0.record_alert(alert)
+    assert recorded == [("throttle", alert["message"], {k: v for k, v in alert.items()
+                                                         if k not in ("kind", "message")})]
 
 
 @pytest.mark.parametrize("override, message", [
