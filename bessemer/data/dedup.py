@@ -28,12 +28,11 @@ import numpy as np
 import xxhash
 
 from bessemer.data.document import Document
+from bessemer.data.script import CJK
 
 MERSENNE = np.uint64((1 << 61) - 1)
 EMPTY = np.uint64(np.iinfo(np.uint64).max)  # signature of a document without shingles; never a real value
 _NONWORD = re.compile(r"[\W_]+")
-# Han (incl. extension A, compatibility, extension B), kana, hangul syllables.
-_CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\U00020000-\U0002a6df]")
 # Rows of the (shingles, permutations) matrix hashed at once: 1024 x 112 x 8 B = 896 KiB, so the temporaries
 # stay in a core's L2. At 8192 (7 MiB) the same signatures took 2.7x longer (bench/dedup_throughput.py).
 _SHINGLES_PER_CHUNK = 1024
@@ -92,8 +91,8 @@ def exact_hash(normalized: str) -> int:
 def shingle_strings(normalized: str, ngram: int = 5) -> list[str]:
     """The shingles as strings (for comparing against other MinHash libraries); `shingle_hashes` hashes
     the same shingles without building the strings."""
-    cjk = _CJK.findall(normalized)
-    words = _CJK.sub(" ", normalized).split()
+    cjk = CJK.findall(normalized)
+    words = CJK.sub(" ", normalized).split()
     out = []
     for units, sep, tag in ((words, " ", "w:"), (cjk, "", "c:")):
         n = min(ngram, len(units))
@@ -128,8 +127,8 @@ def _ngram_hashes(unit_hashes: list[int], ngram: int) -> np.ndarray:
 def shingle_hashes(normalized: str, ngram: int = 5) -> np.ndarray:
     """(shingles,) uint64 < 2^32: each word (or CJK character) is hashed with xxhash64 once, n-grams are
     combined from those in numpy. Word and character shingles use different seeds, so they never match."""
-    cjk = _CJK.findall(normalized)
-    words = _CJK.sub(" ", normalized).split()
+    cjk = CJK.findall(normalized)
+    words = CJK.sub(" ", normalized).split()
     parts = []
     if words:
         parts.append(_ngram_hashes([xxhash.xxh64_intdigest(w.encode("utf-8", "surrogatepass"), 0) for w in words], ngram))

@@ -33,6 +33,7 @@ from bessemer.data.dedup import (
 from bessemer.data.document import Document
 from bessemer.data.pipeline import REASON, InputConfig
 from bessemer.data.readers import read_jsonl
+from bessemer.data.sink import Sink
 from bessemer.data.writers import JsonlWriter
 
 STAGES = ("signatures", "buckets", "clusters", "filter")
@@ -140,10 +141,10 @@ def _clusters(workdir: Path, n_shards: int, cfg: MinHashConfig, exact_groups: bo
 
 
 def _filter(job: tuple) -> None:
-    path, shard, workdir, rejected_path, fp = job
+    path, shard, workdir, rejected_path, fp, sink_pii = job
     removed = json.loads((workdir / "removals.json").read_text())["removed"].get(str(shard), {})
     with JsonlWriter(str(workdir / "output" / f"{shard:05d}.jsonl.zst")) as kept, \
-            JsonlWriter(rejected_path) as rejected:
+            Sink(rejected_path, sink_pii) as rejected:
         for row, doc in enumerate(_read(path)):
             if REASON in doc.metadata:
                 rejected.write(doc)
@@ -172,13 +173,14 @@ def run_dedup_stages(shard_paths: list[str], workdir: str | Path, *, num_bands: 
                      score_key: str | None = "quality_score", workers: int = 1,
                      stop_after: str | None = None, exact: bool = True, near: bool = True,
                      rejected_dir: str | Path | None = None,
-                     map_jobs: Callable[[Callable, list], None] | None = None) -> dict:
+                     map_jobs: Callable[[Callable, list], None] | None = None, sink_pii: dict | None = None) -> dict:
     """Run the four stages over JSONL shards (module docstring); returns {"docs", "removed", "pairs",
     "rejected" (count per reason)}. `stop_after` ("signatures", "buckets", "clusters") stops early, as an
     interruption would; calling again resumes. `exact`/`near` as in `DedupStep`. `rejected_dir`: where
     stage (d) writes the rejected documents (`part-<shard>.jsonl.zst`; default `<workdir>/rejected/<shard>.jsonl.zst`).
     `map_jobs(fn, jobs)` runs the per-shard and per-band jobs (default: `workers` local processes); `fn` is a
-    module-level function and every job a picklable tuple, so any process pool or task system will do."""
+    module-level function and every job a picklable tuple, so any process pool or task system will do.
+    `sink_pii`: the [[steps]] table of the pii step that redacts rejected documents (bessemer/data/sink.py)."""
     if not (exact or near):
         raise ValueError("dedup: exact and near are both off; turn on at least one")
     if stop_after is not None and stop_after not in STAGES:
@@ -214,7 +216,7 @@ def run_dedup_stages(shard_paths: list[str], workdir: str | Path, *, num_bands: 
     if stop_after == "clusters":
         return {}
     rejected_name = "part-{:05d}.jsonl.zst" if rejected_dir is not None else "{:05d}.jsonl.zst"
-    map_jobs(_filter, [(str(p), i, workdir, str(rejected / rejected_name.format(i)), fp)
+    map_jobs(_filter, [(str(p), i, workdir, str(rejected / rejected_name.format(i)), fp, sink_pii)
                        for i, p in enumerate(shard_paths) if not _done(workdir / "output" / f"{i:05d}.done", fp)])
 
     result = json.loads((workdir / "removals.json").read_text())

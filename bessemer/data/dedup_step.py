@@ -72,14 +72,16 @@ class DedupStep(Step):
         return {**super().stats(), "candidate_pairs": self.candidate_pairs}
 
     def run_global(self, shard_paths: list[str], workdir: str, rejected_dir: str,
-                   map_jobs: Callable[[Callable, list], None]) -> dict:
+                   map_jobs: Callable[[Callable, list], None], sink_pii: dict | None = None) -> dict:
         """The global-step protocol (bessemer/data/phases.py): dedup the JSONL shards `shard_paths` together,
-        writing shard i's kept documents to `outputs[i]` and its rejected ones to `rejected_dir`; resumable.
+        writing shard i's kept documents to `outputs[i]` and its rejected ones to `rejected_dir` (redacted by
+        the pii step `sink_pii` when given: bessemer/data/sink.py); resumable.
         Returns {"outputs", "docs_in", "docs_out", "rejected" (count per reason), "extra"}."""
         c = self.cfg
         r = run_dedup_stages(shard_paths, workdir, num_bands=c.num_bands, rows_per_band=c.rows_per_band,
                              ngram=c.ngram, threshold=c.threshold, seed=c.seed, score_key=self.score_key,
-                             exact=self.exact, near=self.near, rejected_dir=rejected_dir, map_jobs=map_jobs)
+                             exact=self.exact, near=self.near, rejected_dir=rejected_dir, map_jobs=map_jobs,
+                             sink_pii=sink_pii)
         return {"outputs": [f"{workdir.rstrip('/')}/output/{i:05d}.jsonl.zst" for i in range(len(shard_paths))],
                 "docs_in": r["docs"], "docs_out": r["docs"] - r["removed"], "rejected": r["rejected"],
                 "extra": {"candidate_pairs": r["pairs"]}}

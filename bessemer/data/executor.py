@@ -2,9 +2,10 @@
 `kind = "ray"`, by a Ray task: ray_executor.py; everything else below is shared).
 
 A shard reads its files, runs the steps in order and writes three files: `<dir>/part-<shard>.<format>`,
-`<rejected>/part-<shard>.jsonl.zst` and, last, `<dir>/stats/part-<shard>.json` — the completion marker. A
-rerun skips every shard whose marker and output exist, so an interrupted run resumes where it stopped and
-finishes with the same output as an uninterrupted one. When every shard is done, the shard stats are merged
+`<rejected>/part-<shard>.jsonl.zst` (the exclusion sink, redacted by the pipeline's pii step: sink.py) and,
+last, `<dir>/stats/part-<shard>.json` — the completion marker. A rerun skips every shard whose marker and
+output exist, so an interrupted run resumes where it stopped and finishes with the same output as an
+uninterrupted one. When every shard is done, the shard stats are merged
 into `<dir>/stats.json` and conservation (in = out + rejected, per step) is checked.
 
 `run_pipeline` (bessemer/data/phases.py) drives it; a pipeline with a global step (`dedup`) and more than one
@@ -29,9 +30,10 @@ import fsspec
 from bessemer.data.document import Document
 from bessemer.data.pipeline import REASON, STEPS, ExecutorConfig, Pipeline, step_class
 from bessemer.data.readers import InputFile, file_size, read_file
-from bessemer.data.step import Step
+from bessemer.data.sink import Sink
 from bessemer.data.stats import StepStats, summary
-from bessemer.data.writers import JsonlWriter, open_writer, shard_name
+from bessemer.data.step import Step
+from bessemer.data.writers import open_writer, shard_name
 from bessemer.errors import BessemerError
 
 REJECTED_FORMAT = "jsonl.zst"
@@ -52,7 +54,7 @@ def _text_bytes(doc: Document) -> int:
     return len(doc.text.encode("utf-8", "surrogatepass"))
 
 
-def _route(docs: Iterable[Document], stats: StepStats, rejected: JsonlWriter) -> Iterator[Document]:
+def _route(docs: Iterable[Document], stats: StepStats, rejected: Sink) -> Iterator[Document]:
     """Pass kept documents on, send marked ones to the exclusion sink; count both. `stats.seconds` gets the
     time spent inside this generator, which includes the stages feeding it (subtracted later)."""
     t = time.perf_counter()
@@ -71,7 +73,7 @@ def _route(docs: Iterable[Document], stats: StepStats, rejected: JsonlWriter) ->
 
 
 def _run_step(step, docs: Iterator[Document], shard: int, n_shards: int, stats: StepStats,
-              rejected: JsonlWriter) -> Iterator[Document]:
+              rejected: Sink) -> Iterator[Document]:
     """A step of the `data/step.py` kind drops documents through a callback (sent to the exclusion sink here);
     any other step marks them with `reject()` and yields them, and `_route` sends them on."""
     if not isinstance(step, Step):
@@ -96,7 +98,8 @@ def run_shard(pipeline: Pipeline, shard: int, n_shards: int, files: list[InputFi
     stats = [StepStats("input")] + [StepStats(spec["name"]) for spec in pipeline.steps]
     stats[0].bytes_in = sum(file_size(f.url) for f in files)
     with open_writer(f"{out.dir.rstrip('/')}/{shard_name(shard, out.format)}", out.format) as writer, \
-            JsonlWriter(f"{out.rejected_dir.rstrip('/')}/{shard_name(shard, REJECTED_FORMAT)}") as rejected:
+            Sink(f"{out.rejected_dir.rstrip('/')}/{shard_name(shard, REJECTED_FORMAT)}",
+                 pipeline.sink_redaction()) as rejected:
         stream = _route(_read_all(files, pipeline), stats[0], rejected)
         for step, st in zip(steps, stats[1:]):
             stream = _route(_run_step(step, stream, shard, n_shards, st, rejected), st, rejected)

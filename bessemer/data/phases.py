@@ -11,7 +11,8 @@ executor splits the steps at each global step into stages, numbered in order:
 
 A per-shard stage is `run_shard` on a derived pipeline (its steps, its input = the previous stage's shard),
 on the configured executor, with its own completion markers (`<stage dir>/stats/part-<shard>.json`). A global
-stage calls `step.run_global(shard_paths, workdir, rejected_dir, map_jobs)`; `map_jobs` runs its parallel
+stage calls `step.run_global(shard_paths, workdir, rejected_dir, map_jobs, sink_pii=...)` (`sink_pii`: the
+pii step that redacts the documents it rejects, bessemer/data/sink.py); `map_jobs` runs its parallel
 jobs on the same executor kind (local processes or Ray tasks) and the step resumes itself from its own
 markers; when it returns, `<out>/_phases/<k>/stats.json` marks the stage done. The last stage is always a
 per-shard one (with no steps when the pipeline ends in a global step), so the final output has the usual
@@ -93,7 +94,8 @@ def _stage_pipeline(pipeline: Pipeline, stage: Stage, last: bool) -> Pipeline:
     if stage.index > 0:  # intermediate shards hold id, text and metadata; none is too large to have got there
         src = InputConfig(paths=[_phase_dir(pipeline, stage.index - 1)], format="jsonl", text_field="text",
                           id_field="id", max_doc_bytes=1 << 62)
-    return dataclasses.replace(pipeline, input=src, steps=stage.steps, output=output)
+    return dataclasses.replace(pipeline, input=src, steps=stage.steps, output=output,
+                               sink_pii=pipeline.sink_redaction())
 
 
 @contextmanager
@@ -135,7 +137,8 @@ def _run_global(pipeline: Pipeline, stage: Stage, inputs: list[str], fp: str) ->
     step = build_step(spec, f"steps ({spec['name']})")
     t = time.perf_counter()
     r = step.run_global(inputs, _phase_dir(pipeline, stage.index),
-                        f"{pipeline.output.rejected_dir.rstrip('/')}/{stage.index}", _map_jobs(pipeline))
+                        f"{pipeline.output.rejected_dir.rstrip('/')}/{stage.index}", _map_jobs(pipeline),
+                        sink_pii=pipeline.sink_redaction())
     st = StepStats(spec["name"], docs_in=r["docs_in"], docs_out=r["docs_out"], seconds=time.perf_counter() - t,
                    extra=r.get("extra", {}))
     st.rejected.update(r["rejected"])

@@ -1,6 +1,6 @@
 """PII redaction for Chinese and English text: the `PiiStep` pipeline step and the `redact` function.
 
-Detectors live beside this file (pii_numbers: email, phone, resident ID, bank card, IP, passport;
+Detectors live beside this file (pii_numbers: email, resident ID, bank card, IP, passport; pii_phones: phone;
 pii_names: person names; pii_address: Chinese addresses). Each returns candidate spans; here overlapping
 candidates are resolved (the longest wins, then the most specific type) and the survivors are replaced.
 Rules, checksums and the measured leak/damage rates: docs/data-pii.md.
@@ -14,18 +14,20 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Literal
 
+from bessemer.data import segment
 from bessemer.data.document import Document
 from bessemer.data.pii_address import LEVELS, parse_addresses
-from bessemer.data.pii_common import Span
-from bessemer.data.pii_names import detect_person_names, segment
+from bessemer.data.pii_common import HAN, Span
+from bessemer.data.pii_names import detect_chinese_names
+from bessemer.data.pii_names_en import detect_english_names
 from bessemer.data.pii_numbers import (
     detect_bank_cards,
     detect_emails,
+    detect_id_numbers,
     detect_ips,
     detect_passports,
-    detect_phones,
-    detect_resident_ids,
 )
+from bessemer.data.pii_phones import detect_phones
 
 Action = Literal["mask", "hash", "tag"]
 ACTIONS: tuple[str, ...] = ("mask", "hash", "tag")
@@ -34,7 +36,7 @@ TYPES: tuple[str, ...] = ("EMAIL", "PHONE", "ID_NUMBER", "BANK_CARD", "IP", "PAS
 _NUMERIC_DETECTORS = {
     "EMAIL": detect_emails,
     "PHONE": detect_phones,
-    "ID_NUMBER": detect_resident_ids,
+    "ID_NUMBER": detect_id_numbers,
     "BANK_CARD": detect_bank_cards,
     "IP": detect_ips,
     "PASSPORT": detect_passports,
@@ -70,14 +72,15 @@ def find_pii(text: str, types: Iterable[str] | None = None) -> tuple[list[Span],
     wanted = check_types(types)
     candidates = [span for t in wanted if t in _NUMERIC_DETECTORS for span in _NUMERIC_DETECTORS[t](text)]
     levels: dict[tuple[int, int], list[Span]] = {}
-    if ("PERSON" in wanted or "ADDRESS" in wanted) and re.search(r"[\u4e00-\u9fff]", text):
-        tokens = segment(text)  # jieba is the slow part: segment once for names and addresses
-    else:
-        tokens = []
+    # jieba is the slow part: one segmentation (bessemer/data/segment.py) for names and addresses, shared
+    # with the quality filters when they look at the same text.
+    toks = segment.tokens(text) if ("PERSON" in wanted or "ADDRESS" in wanted) and HAN.search(text) else []
     if "PERSON" in wanted:
-        candidates += detect_person_names(text, tokens)
-    if "ADDRESS" in wanted and tokens:
-        for parts in parse_addresses(text, tokens):
+        candidates += detect_english_names(text)
+        if toks:
+            candidates += detect_chinese_names(text, toks)
+    if "ADDRESS" in wanted and toks:
+        for parts in parse_addresses(text, toks):
             start, end = parts[0].start, parts[-1].end
             levels[(start, end)] = parts
             candidates.append(Span(start, end, "ADDRESS", text[start:end]))
@@ -160,20 +163,31 @@ class PiiStep:
     def __repr__(self) -> str:  # never show the salt
         return f"PiiStep(action={self.action!r}, types={list(self.types)})"
 
+    def redact(self, doc: Document) -> Counter[str]:
+        """Rewrite `doc.text`, record `doc.metadata["pii"]` (class docstring) and return the counts per type.
+        The step runs this on every document; the exclusion sink on documents rejected before the step."""
+        spans, n_addresses = find_pii(doc.text, self.types)
+        counts = Counter(s.type for s in spans if s.type not in LEVELS)
+        if n_addresses:
+            counts["ADDRESS"] = n_addresses
+        records = [{"start": s.start, "end": s.end, "type": s.type} for s in spans]
+        if self.action == "tag":
+            for record, s in zip(records, spans):
+                record["value"] = s.value
+        doc.metadata["pii"] = {"action": self.action, "counts": dict(sorted(counts.items())), "spans": records}
+        doc.text = _replace(doc.text, spans, self.action, self._salt)
+        return counts
+
+    def redact_text(self, text: str) -> str:
+        """`text` with this step's detectors, action and salt applied; nothing recorded."""
+        spans, _ = find_pii(text, self.types)
+        return _replace(text, spans, self.action, self._salt)
+
     def run(self, docs: Iterable[Document], rank: int = 0, world_size: int = 1) -> Iterator[Document]:
         for doc in docs:
-            spans, n_addresses = find_pii(doc.text, self.types)
-            counts = Counter(s.type for s in spans if s.type not in LEVELS)
-            if n_addresses:
-                counts["ADDRESS"] = n_addresses
-            records = [{"start": s.start, "end": s.end, "type": s.type} for s in spans]
-            if self.action == "tag":
-                for record, s in zip(records, spans):
-                    record["value"] = s.value
-            doc.metadata["pii"] = {"action": self.action, "counts": dict(sorted(counts.items())), "spans": records}
-            doc.text = _replace(doc.text, spans, self.action, self._salt)
+            counts = self.redact(doc)
             self._docs += 1
-            self._touched += bool(spans)
+            self._touched += bool(doc.metadata["pii"]["spans"])
             self._counts.update(counts)
             yield doc
 

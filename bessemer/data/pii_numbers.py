@@ -1,4 +1,5 @@
-"""Detectors for PII with a fixed shape: emails, phones, resident IDs, bank cards, IP addresses, passports.
+"""Detectors for PII with a fixed shape: emails, resident IDs, bank cards, IP addresses, passports (phones in
+pii_phones.py).
 
 Each detector is `detect_*(text) -> list[Span]`. Shape alone is not enough for numbers: IDs and cards must
 pass their checksum (plus a plausible date/region or issuer), IPs must parse, and numbers labelled as
@@ -9,7 +10,7 @@ import datetime
 import ipaddress
 import re
 
-from bessemer.data.pii_common import NUM_END, NUM_START, Span, after_business_cue
+from bessemer.data.pii_common import NUM_END, NUM_START, Span, not_personal_number
 
 # --- email ----------------------------------------------------------------------------------------------
 
@@ -23,59 +24,15 @@ def detect_emails(text: str) -> list[Span]:
     return [Span(m.start(), m.end(), "EMAIL", m.group()) for m in _EMAIL.finditer(text)]
 
 
-# --- phones ---------------------------------------------------------------------------------------------
-
-# CN mobile: 1[3-9]x xxxx xxxx, separators space / - / ., optional +86, 0086 or (+86) prefix.
-_CN_MOBILE = re.compile(
-    rf"(?<!\+){NUM_START}(?:(?:\+|00)86[ -]?|[(（]\+?86[)）][ -]?)?1[3-9]\d(?:[ .-]?\d{{4}}){{2}}{NUM_END}"
-)
-# CN landline: area code 0xx / 0xxx (parenthesised, or followed by - or space), 7-8 digit local number
-# (never starting with 0 or 1), optional extension.
-_CN_LANDLINE = re.compile(
-    rf"{NUM_START}(?:\+86[ -]?)?(?P<area>[(（]0?\d{{2,3}}[)）]|0?\d{{2,3}}[ -])[ ]?"
-    rf"[2-9]\d{{2,3}}[ -]?\d{{4}}(?:(?:-|转)\d{{1,5}})?{NUM_END}"
-)
-# International E.164 with an explicit "+": country code, then 7-14 more digits in groups separated by
-# spaces or dashes ("." would take signed decimals like +35236450.6).
-_INTL = re.compile(
-    r"(?<![0-9A-Za-z+])\+[1-9]\d{0,2}(?:[ -]?\(\d{1,4}\))?(?:[ -]?\d{1,4}){2,6}(?![0-9A-Za-z])(?![.,-]\d)"
-)
-# North American numbers without the country code: (415) 555-0132, 415-555-0132, 415.555.0132.
-_NANP = re.compile(rf"{NUM_START}(?:\([2-9]\d{{2}}\) ?|[2-9]\d{{2}}[-.])[2-9]\d{{2}}[-.]\d{{4}}{NUM_END}")
-
-
-def _valid_area_code(area: str, plus86: bool) -> bool:
-    digits = re.sub(r"\D", "", area)
-    if plus86 and not digits.startswith("0"):
-        digits = "0" + digits
-    if not digits.startswith("0"):
-        return False
-    # 3-digit codes are Beijing (010) and the 02x large cities; all others are 4 digits 03xx-09xx.
-    return (
-        digits == "010" or digits.startswith("02") if len(digits) == 3 else len(digits) == 4 and digits[1] in "3456789"
-    )
-
-
-def detect_phones(text: str) -> list[Span]:
-    spans = [Span(m.start(), m.end(), "PHONE", m.group()) for m in _CN_MOBILE.finditer(text)]
-    for m in _CN_LANDLINE.finditer(text):
-        if _valid_area_code(m.group("area"), m.group().startswith("+86")):
-            spans.append(Span(m.start(), m.end(), "PHONE", m.group()))
-    for m in _INTL.finditer(text):
-        if 8 <= len(re.sub(r"\D", "", m.group())) <= 15:
-            spans.append(Span(m.start(), m.end(), "PHONE", m.group()))
-    spans += [Span(m.start(), m.end(), "PHONE", m.group()) for m in _NANP.finditer(text)]
-    return [s for s in spans if not after_business_cue(text, s.start)]
-
-
 # --- CN resident identity card --------------------------------------------------------------------------
 
 ID_WEIGHTS = (7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2)
 ID_CHECK_CHARS = "10X98765432"
 # GB/T 2260 provincial prefixes: 11-15 north, 21-23 north-east, 31-37 east, 41-46 south-central,
-# 50-54 south-west, 61-65 north-west, 71 Taiwan, 81/82 Hong Kong/Macau, 91 (issued to some residents abroad).
+# 50-54 south-west, 61-65 north-west, 71 Taiwan, 81/82/83 residence permits of Hong Kong, Macau and Taiwan
+# residents, 91 (issued to some residents abroad).
 PROVINCE_CODES = frozenset(
-    [*range(11, 16), *range(21, 24), *range(31, 38), *range(41, 47), *range(50, 55), *range(61, 66), 71, 81, 82, 91]
+    [*range(11, 16), *range(21, 24), *range(31, 38), *range(41, 47), *range(50, 55), *range(61, 66), 71, 81, 82, 83, 91]
 )
 
 
@@ -124,12 +81,44 @@ def detect_resident_ids(text: str) -> list[Span]:
     spans = []
     for pattern in (_ID18, _ID15):
         for m in pattern.finditer(text):
-            if not is_resident_id(re.sub(r"[ -]", "", m.group())) or after_business_cue(text, m.start()):
+            if not is_resident_id(re.sub(r"[ -]", "", m.group())) or not_personal_number(text, m.start(), m.end()):
                 continue
             if pattern is _ID15 and _CARD_CUE.search(text, max(0, m.start() - 16), m.start()):
                 continue
             spans.append(Span(m.start(), m.end(), "ID_NUMBER", m.group()))
     return spans
+
+
+# US Social Security numbers (also ID_NUMBER): area 001-899 but 666, group 01-99, serial 0001-9999 (SSA's
+# rules since 2011). Written AAA-GG-SSSS they are taken anywhere; as nine plain digits or with spaces only
+# after an SSN label, where a nine-digit number is as likely a zip+4, an account or a routing number.
+_SSN_DASHED = re.compile(rf"{NUM_START}(\d{{3}})-(\d{{2}})-(\d{{4}}){NUM_END}")
+_SSN_OTHER = re.compile(rf"{NUM_START}(\d{{3}}) ?(\d{{2}}) ?(\d{{4}}){NUM_END}")
+_SSN_CUE = re.compile(
+    r"\b(?:SSN|SSNs|social\s+security(?:\s+(?:no\.?|number|#))?)\s*(?:is\s*)?[:：#]?\s*$", re.IGNORECASE
+)
+
+
+def _ssn_ok(area: str, group: str, serial: str) -> bool:
+    return area not in ("000", "666") and area < "900" and group != "00" and serial != "0000"
+
+
+def detect_ssns(text: str) -> list[Span]:
+    spans = [m for m in _SSN_DASHED.finditer(text) if _ssn_ok(*m.groups())]
+    spans += [
+        m for m in _SSN_OTHER.finditer(text)
+        if _ssn_ok(*m.groups()) and _SSN_CUE.search(text, max(0, m.start() - 28), m.start())
+    ]
+    return [
+        Span(m.start(), m.end(), "ID_NUMBER", m.group())
+        for m in spans
+        if not not_personal_number(text, m.start(), m.end())
+    ]
+
+
+def detect_id_numbers(text: str) -> list[Span]:
+    """Resident identity numbers of China and US Social Security numbers."""
+    return sorted(set(detect_resident_ids(text) + detect_ssns(text)))
 
 
 # --- bank cards -----------------------------------------------------------------------------------------
@@ -145,24 +134,46 @@ def luhn_ok(digits: str) -> bool:
     return total % 10 == 0
 
 
+# Issuer identification number (IIN) ranges and card lengths of the payment networks, from the networks'
+# published ranges as tabulated in ISO/IEC 7812 references ("Payment card number", IIN ranges table): each
+# row is (network, lowest prefix, highest prefix, lengths); prefixes of one row have the same number of digits.
+# The first row that fits names the network, so co-branded ranges (622126-622925 Discover inside UnionPay's 62)
+# keep the name listed first.
+_ANY = range(16, 20)
+IIN_RANGES: tuple[tuple[str, str, str, tuple[int, ...] | range], ...] = (
+    ("visa", "4", "4", (13, 16, 19)),
+    ("mastercard", "51", "55", (16,)),
+    ("mastercard", "2221", "2720", (16,)),
+    ("amex", "34", "34", (15,)),
+    ("amex", "37", "37", (15,)),
+    ("discover", "6011", "6011", _ANY),
+    ("discover", "644", "649", _ANY),
+    ("discover", "65", "65", _ANY),
+    ("unionpay", "62", "62", _ANY),
+    ("unionpay", "81", "81", _ANY),
+    ("jcb", "35", "35", _ANY),  # JCB's range is 3528-3589; card validators take all of 35 (and so do we)
+    ("jcb", "1800", "1800", (15,)),  # the older JCB numbering
+    ("jcb", "2131", "2131", (15,)),
+    ("diners", "300", "305", range(14, 20)),
+    ("diners", "3095", "3095", range(14, 20)),
+    ("diners", "36", "36", range(14, 20)),
+    ("diners", "38", "39", range(14, 20)),
+    ("mir", "2200", "2204", _ANY),
+    ("maestro", "50", "50", range(12, 20)),  # Maestro: 50 and 56-69, 12 to 19 digits
+    ("maestro", "56", "69", range(12, 20)),
+    ("maestro", "0604", "0604", range(12, 20)),
+    ("verve", "506099", "506198", (16, 18, 19)),
+    ("verve", "507865", "507964", (16, 18, 19)),
+    ("troy", "9792", "9792", (16,)),
+    ("t-union", "31", "31", (19,)),
+)
+
+
 def card_brand(digits: str) -> str | None:
-    """The issuer network whose IIN range and card length fit `digits`, or None."""
-    n = len(digits)
-    p2, p4 = int(digits[:2]), int(digits[:4])
-    if digits[0] == "4" and n in (13, 16, 19):
-        return "visa"
-    if (51 <= p2 <= 55 or 2221 <= p4 <= 2720) and n == 16:
-        return "mastercard"
-    if p2 in (34, 37) and n == 15:
-        return "amex"
-    if p2 == 62 and 16 <= n <= 19:
-        return "unionpay"
-    if 3528 <= p4 <= 3589 and 16 <= n <= 19:
-        return "jcb"
-    if (p4 == 6011 or p2 == 65 or 644 <= int(digits[:3]) <= 649) and 16 <= n <= 19:
-        return "discover"
-    if (p2 == 36 or 300 <= int(digits[:3]) <= 305) and n == 14:
-        return "diners"
+    """The payment network whose IIN range and card length fit `digits`, or None."""
+    for network, lo, hi, lengths in IIN_RANGES:
+        if len(digits) in lengths and lo <= digits[: len(lo)] <= hi:
+            return network
     return None
 
 
@@ -181,16 +192,16 @@ def is_bank_card(s: str) -> bool:
     digits = re.sub(r"[ -]", "", s)
     return (
         digits.isdigit()
-        and 13 <= len(digits) <= 19
+        and 12 <= len(digits) <= 19
         and luhn_ok(digits)
         and card_brand(digits) is not None
         and not _looks_like_resident_id(digits)
     )
 
 
-# 13-19 digits, or groups of four split by one kind of separator, or Amex's 4-6-5.
+# 12-19 digits, or groups of four split by one kind of separator, or Amex's 4-6-5 (Diners' 4-6-4).
 _CARD = re.compile(
-    rf"{NUM_START}(?:\d{{13,19}}"
+    rf"{NUM_START}(?:\d{{12,19}}"
     rf"|\d{{4}}([ -])\d{{4}}(?:\1\d{{4}}){{1,2}}(?:\1\d{{1,4}})?"
     rf"|\d{{4}}([ -])\d{{6}}\2\d{{4,5}}){NUM_END}"
 )
@@ -207,7 +218,7 @@ def detect_bank_cards(text: str) -> list[Span]:
         Span(m.start(), m.end(), "BANK_CARD", m.group())
         for m in _CARD.finditer(text)
         if is_bank_card(m.group())
-        and not after_business_cue(text, m.start())
+        and not not_personal_number(text, m.start(), m.end())
         and not _ID_CUE.search(text, max(0, m.start() - 16), m.start())
     ]
 
@@ -247,7 +258,9 @@ def detect_ips(text: str) -> list[Span]:
             continue
         if ip.is_loopback or m.group().startswith(("0.", "255.")):
             continue  # 127.0.0.1, 0.0.0.0, netmasks and broadcast name no machine of anyone's
-        if not _VERSION_CUE.search(text, max(0, m.start() - 12), m.start()):
+        if not _VERSION_CUE.search(text, max(0, m.start() - 12), m.start()) and not not_personal_number(
+            text, m.start(), m.end()
+        ):
             spans.append(Span(m.start(), m.end(), "IP", m.group()))
     v6 = [Span(m.start(), m.end(), "IP", m.group()) for m in _IPV6.finditer(text) if _plausible_ipv6(m.group())]
     # ::ffff:192.0.2.128 is one address, not an IPv6 plus an IPv4
@@ -257,21 +270,30 @@ def detect_ips(text: str) -> list[Span]:
 
 # --- passports ------------------------------------------------------------------------------------------
 
-# CN ordinary passports: E or G followed by 8 digits, recognisable without a cue.
-_CN_PASSPORT = re.compile(r"(?<![0-9A-Za-z])[EG]\d{8}(?![0-9A-Za-z])")
-_PASSPORT_CUE = re.compile(r"护照(?:号码|号|编号)?|passport(?:\s*(?:no\.?|number|#|id))?", re.IGNORECASE)
+# CN ordinary passports, recognisable without a cue: E or G and 8 digits, or (electronic passports since the
+# E-series ran out) E, a letter other than I/O, and 7 digits.
+_CN_PASSPORT = re.compile(r"(?<![0-9A-Za-z])(?:[EG]\d{8}|E[A-HJ-NP-Z]\d{7})(?![0-9A-Za-z])")
+_PASSPORT_CUE = re.compile(
+    r"护照(?:号码|号|编号)?|旅行证件|passport(?:\s*(?:no\.?|number|#|id))?|travel\s+document|"
+    r"document\s+(?:no\.?|number)",  # the field name on passports and identity cards
+    re.IGNORECASE,
+)
 # Other formats (EA1234567, US 9 digits, UK 9 digits, two letters + 7 digits ...) only right after a cue.
-_CUED_PASSPORT = re.compile(r"(?<![0-9A-Za-z])(?:[A-Z]{1,2}\d{6,9}|\d{9}|[A-Z]\d{7}[A-Z0-9])(?![0-9A-Za-z])")
+_CUED_PASSPORT = re.compile(r"(?<![0-9A-Za-z])(?:[A-Z]{1,2}\d{6,9}|\d{8,9}|[A-Z]\d{7}[A-Z0-9])(?![0-9A-Za-z])")
 
 
 def detect_passports(text: str) -> list[Span]:
-    spans = [Span(m.start(), m.end(), "PASSPORT", m.group()) for m in _CN_PASSPORT.finditer(text)]
+    spans = [
+        Span(m.start(), m.end(), "PASSPORT", m.group())
+        for m in _CN_PASSPORT.finditer(text)
+        if not not_personal_number(text, m.start(), m.end())
+    ]
     for cue in _PASSPORT_CUE.finditer(text):
-        window_end = cue.end() + 24
-        stop = re.search(r"[。！？；\n]", text[cue.end() : window_end])
+        window_end = cue.end() + 40
+        stop = re.search(r"[。！？；\n]|[.!?;](?:\s|$)", text[cue.end() : window_end])
         if stop:
             window_end = cue.end() + stop.start()
         m = _CUED_PASSPORT.search(text, cue.end(), window_end)
-        if m and not after_business_cue(text, m.start()):
+        if m and not not_personal_number(text, m.start(), m.end()):
             spans.append(Span(m.start(), m.end(), "PASSPORT", m.group()))
     return sorted(set(spans))

@@ -174,6 +174,16 @@ class Pipeline:
     steps: list[dict] = field(default_factory=list)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    # Not a TOML key: the pii step of the whole pipeline, for a stage that runs only some of its steps
+    # (bessemer/data/phases.py). None = this pipeline's own pii step, if it has one.
+    sink_pii: dict | None = None
+
+    def sink_redaction(self) -> dict | None:
+        """The [[steps]] table of the pii step whose detectors redact rejected documents before they reach
+        the exclusion sink (bessemer/data/sink.py), or None when the pipeline has no pii step."""
+        if self.sink_pii is not None:
+            return self.sink_pii
+        return next((dict(s) for s in self.steps if s.get("name") == "pii"), None)
 
     def validate(self) -> None:
         self.input.validate()

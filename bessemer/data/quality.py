@@ -1,12 +1,15 @@
 """Heuristic quality filtering: the `QualityStep` pipeline step.
 
-Order: boilerplate line removal, Gopher repetition, Gopher quality, C4 (which also drops lines), FineWeb,
-then the fastText classifier when a `model` is given (on the text the heuristics left). A failing rule
-rejects the document as `quality.<filter>.<rule>`. The filters live beside this file
-(quality_boilerplate, quality_gopher, quality_c4, quality_fineweb); thresholds and their sources:
-docs/data-steps.md; the classifier: docs/data-extract-quality.md.
+Order: boilerplate line removal, Gopher repetition, Gopher quality, C4 (which also drops lines; what it
+leaves must still pass Gopher's length floor), FineWeb, then the fastText classifier when a `model` is given
+(on the text the heuristics left). A failing rule rejects the document as `quality.<filter>.<rule>`. CJK text
+is measured in characters and judged by each filter's `cjk_` thresholds. The filters live beside this file
+(quality_boilerplate, quality_gopher, quality_c4, quality_fineweb); thresholds, their sources and the
+outside text they were validated on (bench/quality_eval.py): docs/data-steps.md; the classifier:
+docs/data-extract-quality.md.
 """
 
+import inspect
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -25,13 +28,21 @@ _BLANK_RUN = re.compile(r"\n{3,}")
 
 
 def _pick(value, default_cls, name: str):
-    """True -> the filter with its defaults, False/None -> off, an instance -> that instance."""
+    """True -> the filter with its defaults, False/None -> off, a dict -> the filter with those options (a
+    pipeline TOML's `gopher = {min_doc_words = 50}`), an instance -> that instance."""
     if value is True:
         return default_cls()
     if value is False or value is None:
         return None
+    if isinstance(value, dict):
+        try:
+            return default_cls(**value)
+        except TypeError as e:
+            valid = ", ".join(inspect.signature(default_cls).parameters)
+            raise TypeError(f"{name}: {e}; valid keys: {valid}") from None
     if not isinstance(value, default_cls):
-        raise TypeError(f"{name} must be True, False, None or a {default_cls.__name__}, not {value!r}")
+        raise TypeError(f"{name} must be True, False, None, a table of options or a {default_cls.__name__}, "
+                        f"not {value!r}")
     return value
 
 
@@ -41,8 +52,9 @@ def _tidy(text: str) -> str:
 
 class QualityStep(Step):
     """Pipeline step. Each filter is on with its defaults (True), off (False), or configured by passing an
-    instance (`gopher=GopherQuality(min_doc_words=100)`). Documents whose `metadata["domain"]` is in
-    `skip_domains` pass untouched: these rules were written for web prose, not code.
+    instance (`gopher=GopherQuality(min_doc_words=100)`) or its options (`gopher={"min_doc_words": 100}`,
+    a table in a pipeline file). Documents whose `metadata["domain"]` is in `skip_domains` pass untouched:
+    these rules were written for web prose, not code.
 
     `model` (a path written by `bessemer data quality-train`) adds the fastText classifier: every document
     that passes the heuristics gets `metadata["quality_score"]` (probability of high quality) and is
@@ -123,6 +135,10 @@ class QualityStep(Step):
             if removed:
                 doc.text = _tidy(text)
                 view = TextView(doc.text, self.cjk_threshold)
+                # What C4 left must still be a document: a template page can pass the length floor on
+                # the strength of the lines C4 then removes.
+                if self.gopher is not None and (rule := self.gopher.check_length(view)):
+                    return f"gopher.{rule}"
         if self.fineweb is not None and (rule := self.fineweb.check(view, self.markdown_aware)):
             return f"fineweb.{rule}"
         if self.model:

@@ -17,8 +17,16 @@ PATTERNS: tuple[str, ...] = (
         r"\b(?:this|our) (?:web)?site uses cookies\b|\bwe use cookies\b|\baccept (?:all )?cookies\b"
         r"|\bcookie (?:settings|preferences|policy)\b"
     ),
+    # Error pages, login walls and region blocks: whole pages that are one or two template sentences, long
+    # enough to pass the length floor of the quality filters.
+    (
+        r"\bpage (?:you (?:are|were) looking for|you requested)\b|\bpage (?:was )?not found\b"
+        r"|\b404 (?:error|not found)\b"
+        r"|\b(?:log|sign) in to (?:view|continue|read|access)\b|\bnot available in your (?:country|region)\b"
+    ),
     # Chinese
     r"点击下载|欢迎访问|版权所有|上一篇|下一篇|分享到|扫一扫",
+    r"页面不存在|页面已被删除|找不到该页面|登录后(?:才能)?(?:查看|阅读|继续)|请先登录|在您所在的地区无法",
 )
 
 

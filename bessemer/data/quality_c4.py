@@ -21,6 +21,7 @@ from bessemer.data.quality_text import (
     is_word,
     tokenize,
 )
+from bessemer.data.script import cjk_ratio
 
 CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 END_PUNCTUATION = (".", "?", "!", '"', "'")
@@ -39,22 +40,29 @@ _MATH = re.compile(r"\$\$.+?\$\$|\$[^$\n]+\$", re.DOTALL)
 class C4Quality:
     def __init__(
         self,
-        filter_no_terminal_punct: bool = True,
+        filter_no_terminal_punct: bool = False,
         min_words_per_line: int | None = 3,
-        min_num_sentences: int | None = 5,
+        cjk_min_chars_per_line: int | None = 5,
+        min_num_sentences: int | None = 1,
         max_word_length: int | None = 1000,
         remove_citations: bool = True,
         filter_lorem_ipsum: bool = True,
         filter_javascript: bool = True,
-        filter_curly_bracket: bool = True,
+        filter_curly_bracket: bool = False,
         filter_policy: bool = True,
     ):
-        """Keep only lines ending in terminal punctuation (. ? ! " ', not "...", plus 。！？；… and closing
-        CJK quotes in CJK text) with at least 3 words; drop lines with a word over 1000 characters,
+        """C4: keep only lines ending in terminal punctuation (. ? ! " ', not "...", plus 。！？；… and closing
+        CJK quotes on a CJK line) with at least 3 words; drop lines with a word over 1000 characters,
         mentioning "javascript" or a cookie/terms phrase; drop the page on "lorem ipsum", on "{", or when
-        fewer than 5 sentences remain."""
+        fewer than 5 sentences remain.
+
+        Ours: the terminal-punctuation rule is off (FineWeb's setting), so is the curly-bracket rule (it
+        drops documentation with unfenced code; JavaScript pages are the extract step's), and one sentence
+        must remain, not five (the length floor is Gopher's); a CJK line needs 5 characters (3 words at
+        1.56 characters a word). Each line is judged by its own script. docs/data-steps.md has the numbers."""
         self.filter_no_terminal_punct = filter_no_terminal_punct
         self.min_words_per_line = min_words_per_line
+        self.cjk_min_chars_per_line = cjk_min_chars_per_line
         self.min_num_sentences = min_num_sentences
         self.max_word_length = max_word_length
         self.remove_citations = remove_citations
@@ -78,7 +86,6 @@ class C4Quality:
         """(new text, the page-level rule that failed or None, lines removed per rule)."""
         lines = view.lines
         code = view.code if markdown_aware else [False] * len(lines)
-        terminal = END_PUNCTUATION + CJK_TERMINAL if view.cjk else END_PUNCTUATION
         removed: Counter[str] = Counter()
         kept: list[str] = []
         sentences = 0
@@ -94,6 +101,10 @@ class C4Quality:
             if self.remove_citations:
                 line = CITATION.sub("", line)
             structural = markdown_aware and self._structural(lines, i, code)
+            # Judged by the line's own script: a Chinese sentence in an English page has no spaces to count
+            # and ends in 。
+            cjk_line = cjk_ratio(line) >= view.cjk_threshold
+            terminal = END_PUNCTUATION + CJK_TERMINAL if cjk_line else END_PUNCTUATION
             if (
                 self.filter_no_terminal_punct
                 and not structural
@@ -101,9 +112,10 @@ class C4Quality:
             ):
                 removed["no_terminal_punct"] += 1
                 continue
-            if self.min_words_per_line is not None and not structural:
-                n_words = sum(map(is_word, tokenize(line, cjk=True))) if view.cjk else len(words)
-                if n_words < self.min_words_per_line:
+            min_words = self.cjk_min_chars_per_line if cjk_line else self.min_words_per_line
+            if min_words is not None and not structural:
+                n_words = sum(map(is_word, tokenize(line))) if cjk_line else len(words)
+                if n_words < min_words:
                     removed["too_few_words"] += 1
                     continue
             lower = line.lower()

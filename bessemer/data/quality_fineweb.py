@@ -4,7 +4,9 @@ repeat, which the Gopher and C4 rules let through."""
 
 from bessemer.data.quality_text import CJK_TERMINAL, TextView, tokenize
 
-STOP_CHARS = (".", "'", '"', "!", "?") + CJK_TERMINAL
+# Ours: ";" too, which ends the items of a list that is one sentence (statutes, specifications), as "；" does
+# in CJK text.
+STOP_CHARS = (".", "'", '"', "!", "?", ";") + CJK_TERMINAL
 
 
 class FineWebQuality:
@@ -14,17 +16,23 @@ class FineWebQuality:
         line_punct_exclude_zero: bool = False,
         short_line_thr: float | None = 0.67,
         short_line_length: int = 30,
-        char_duplicates_ratio: float | None = 0.01,
+        cjk_short_line_length: int = 8,
+        char_duplicates_ratio: float | None = 0.1,
         new_line_ratio: float | None = 0.3,
     ):
         """Reject when at most 12% of lines end in punctuation (. ' " ! ? and CJK 。！？；… ” ’ 」 』), when at
         least 67% of lines are at most 30 characters, when duplicated lines hold at least 1% of the
         characters, or when there are more than 0.3 line breaks per word. Lines are the non-empty lines;
-        with markdown awareness, those outside fenced code."""
+        with markdown awareness, those outside fenced code.
+
+        Ours: ";" ends a line too; a CJK document's short line is at most 8 characters (30 Latin
+        characters ≈ 5.3 English words ≈ 8.2 Chinese characters); duplicated lines may hold up to 10% of
+        the characters (a statute repeats whole provisions). docs/data-steps.md has the numbers."""
         self.line_punct_thr = line_punct_thr
         self.line_punct_exclude_zero = line_punct_exclude_zero
         self.short_line_thr = short_line_thr
         self.short_line_length = short_line_length
+        self.cjk_short_line_length = cjk_short_line_length
         self.char_duplicates_ratio = char_duplicates_ratio
         self.new_line_ratio = new_line_ratio
 
@@ -37,7 +45,8 @@ class FineWebQuality:
             ratio = sum(line.endswith(STOP_CHARS) for line in lines) / n
             if ratio <= self.line_punct_thr and not (ratio == 0 and self.line_punct_exclude_zero):
                 return "line_punct_ratio"
-        short = sum(len(line) <= self.short_line_length for line in lines) / n
+        short_length = self.cjk_short_line_length if view.cjk else self.short_line_length
+        short = sum(len(line) <= short_length for line in lines) / n
         if self.short_line_thr is not None and short >= self.short_line_thr:
             return "short_line_ratio"
         if self.char_duplicates_ratio is not None:
@@ -52,7 +61,7 @@ class FineWebQuality:
         if self.new_line_ratio is not None:
             # Line breaks between non-empty lines: normalize leaves one blank line between paragraphs,
             # which says nothing about list-likeness.
-            tokens = tokenize("\n".join(lines), view.cjk)
+            tokens = tokenize("\n".join(lines))
             if tokens and (n - 1) / len(tokens) > self.new_line_ratio:
                 return "newline_ratio"
         return None

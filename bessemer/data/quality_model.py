@@ -16,12 +16,13 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bessemer.data.script import CJK_CHARS
 from bessemer.errors import BessemerError
 
 HQ, LQ = "hq", "lq"
 POSITIVE = frozenset({"hq", "high", "1", "true", "pos", "positive", "good", "keep"})
 NEGATIVE = frozenset({"lq", "low", "0", "false", "neg", "negative", "bad", "drop"})
-_CJK = re.compile(r"([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f])")
+_CJK = re.compile(f"([{CJK_CHARS}])")
 _PUNCT = re.compile(r"([^\w\s])")
 
 

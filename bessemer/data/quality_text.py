@@ -1,40 +1,38 @@
-"""Text measurements shared by the normalize and quality steps: CJK detection, word tokens (jieba for
-mostly-Chinese text), markdown structure (fenced code, headings, list items), sentence counting."""
+"""Text measurements shared by the normalize and quality steps: a text's script (CJK or not), its tokens,
+markdown structure (fenced code, headings, list items), sentence counting.
+
+Tokens are script-aware without a segmenter: a Latin-script (or any space-separated) word is one token, a CJK
+character is one token, a symbol is one token. CJK word segmentation (jieba, through bessemer/data/segment.py,
+once per document) is used only where a rule is about words themselves: the mean word length of Chinese.
+"""
 
 import re
 from functools import cached_property
 
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff]")
-# Latin-script words (with inner apostrophes, hyphens, dots: don't, state-of-the-art, e.g) or one symbol.
-_TOKEN = re.compile(r"\w+(?:[-'’.]\w+)*|[^\w\s]")
+from bessemer.data import segment
+from bessemer.data.script import CJK, CJK_CHARS, KANA_HANGUL, cjk_ratio
+
+# One CJK character; or a word of other letters and digits with inner apostrophes, hyphens, dots (don't,
+# state-of-the-art, e.g); or one symbol.
+_WORD = rf"[{CJK_CHARS}]|[^\W{CJK_CHARS}]+(?:[-'’.][^\W{CJK_CHARS}]+)*"
+_TOKEN = re.compile(rf"{_WORD}|[^\w\s]")
+_WORD_TOKEN = re.compile(_WORD)
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _HEADING = re.compile(r"^#{1,6}\s+\S")
-_LIST_ITEM = re.compile(r"^(?:[-*+•]|\d{1,3}[.)])\s+\S")
+# Bullets and numbered items, with the enumerators of legal and official text: (a) (1) (iv), （一）, 一、, 1、, ①.
+_LIST_ITEM = re.compile(
+    r"^(?:(?:[-*+•]|\d{1,3}[.)]|\([0-9A-Za-z]{1,4}\))\s+\S"
+    r"|(?:（[0-9一二三四五六七八九十百]{1,4}）|[一二三四五六七八九十百]{1,4}、|\d{1,3}、|[①-⑳])\s*\S)"
+)
 _TABLE_ROW = re.compile(r"^\|.*\|$")
 _SENTENCE_END = re.compile(r"[.!?](?:[\"'”’)\]]*)(?=\s+\S)|[。！？；]+[”’」』]*(?=\S)")
 
 CJK_TERMINAL = ("。", "！", "？", "；", "…", "”", "’", "」", "』")
 
 
-def cjk_ratio(text: str) -> float:
-    """Share of letters (str.isalpha) that are CJK ideographs or kana."""
-    letters = sum(c.isalpha() for c in text)
-    return len(_CJK.findall(text)) / letters if letters else 0.0
-
-
-def _jieba():
-    try:
-        import jieba
-    except ImportError as e:  # pragma: no cover - jieba is a core dependency
-        raise ImportError("Chinese word counting needs jieba: pip install 'jieba>=0.42'") from e
-    jieba.setLogLevel(60)  # silence "Building prefix dict ..." on every process start
-    return jieba
-
-
-def tokenize(text: str, cjk: bool) -> list[str]:
-    """Word and symbol tokens: jieba's for mostly-CJK text, a regex like nltk's word_tokenize otherwise."""
-    if cjk:
-        return [t for t in _jieba().lcut(text) if not t.isspace()]
+def tokenize(text: str) -> list[str]:
+    """Word, CJK-character and symbol tokens (module doc); for Latin-script text the words and symbols of
+    nltk's word_tokenize, near enough."""
     return _TOKEN.findall(text)
 
 
@@ -82,19 +80,38 @@ def count_sentences(line: str) -> int:
 
 
 class TextView:
-    """Measurements of one text, computed once and only when a filter asks (jieba is the slow part)."""
+    """Measurements of one text, computed once and only when a filter asks.
+
+    `cjk`: at least `cjk_threshold` of the letters are CJK characters; such a text is measured in characters
+    (`words` holds one per CJK character, plus its other words) and judged by the filters' `cjk_` thresholds.
+    `chinese`: a CJK text with (almost) no kana or Hangul, the only one a segmenter is run on."""
 
     def __init__(self, text: str, cjk_threshold: float = 0.5):
         self.text = text
+        self.cjk_threshold = cjk_threshold
         self.cjk = cjk_ratio(text) >= cjk_threshold
 
     @cached_property
     def tokens(self) -> list[str]:
-        return tokenize(self.text, self.cjk)
+        return tokenize(self.text)
 
     @cached_property
     def words(self) -> list[str]:
-        return [t for t in self.tokens if is_word(t)]
+        """The tokens that are not symbols (`is_word`)."""
+        # A word token starts with a letter or a digit, unless it starts with "_" or is the katakana middle
+        # dot, the one symbol inside the CJK ranges.
+        return [t for t in _WORD_TOKEN.findall(self.text) if t[0].isalnum() or is_word(t)]
+
+    @cached_property
+    def chinese(self) -> bool:
+        # Japanese prose is a third to two thirds kana, Korean nearly all Hangul; a Chinese text quoting a
+        # Japanese title stays well under a tenth.
+        return self.cjk and len(KANA_HANGUL.findall(self.text)) < 0.1 * len(CJK.findall(self.text))
+
+    @cached_property
+    def segmented_words(self) -> list[str]:
+        """jieba's words of the text, symbols and whitespace left out (the segmentation PII reuses)."""
+        return [w for w in segment.words(self.text) if is_word(w)]
 
     @cached_property
     def lines(self) -> list[str]:

@@ -89,12 +89,9 @@ class JiebaSegmenter:
     """
 
     def __init__(self):
-        try:
-            import jieba
-        except ImportError:
-            raise ImportError("--jieba needs jieba: pip install jieba") from None
-        jieba.setLogLevel(60)  # its dictionary-loading chatter goes to stderr otherwise
-        self._cut = jieba.cut
+        from bessemer.data.segment import load_jieba
+
+        self._cut = load_jieba().cut
         self._split = split_pretokenizer()
 
     def __call__(self, text: str) -> list[str]:

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
+from bessemer.data.script import HAN
 from bessemer.errors import BessemerError
 from bessemer.tokenizer.common import read_meta, tokenizer_file, tokenizer_kind
 from bessemer.tokenizer.encode import DEFAULT_DOMAIN, _load
 from bessemer.tokenizer.inputs import BadLines, read_documents
 from bessemer.tokenizer.pretok import METASPACE
 
-_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _BYTE_PIECE = re.compile(r"<0x([0-9A-F]{2})>")
 
 
@@ -84,16 +84,13 @@ class _WordCounter:
     def __call__(self, text: str) -> int:
         n = 0
         for word in text.split():
-            if not _HAN.search(word):
+            if not HAN.search(word):
                 n += 1
                 continue
             if self._cut is None:
-                try:
-                    import jieba
-                except ImportError:
-                    raise ImportError("counting Chinese words needs jieba: pip install jieba") from None
-                jieba.setLogLevel(60)
-                self._cut = jieba.cut
+                from bessemer.data.segment import load_jieba
+
+                self._cut = load_jieba().cut
             n += sum(1 for w in self._cut(word) if w.strip())
         return n
 

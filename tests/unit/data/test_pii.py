@@ -5,8 +5,10 @@ import subprocess
 import sys
 
 import pytest
+import zstandard
 
 from bessemer.data.document import Document
+from bessemer.data.phases import run_pipeline
 from bessemer.data.pii import PiiStep, redact
 from bessemer.data.pii_numbers import (
     card_brand,
@@ -14,12 +16,14 @@ from bessemer.data.pii_numbers import (
     detect_emails,
     detect_ips,
     detect_passports,
-    detect_phones,
     detect_resident_ids,
     id_check_char,
     is_resident_id,
     luhn_ok,
 )
+from bessemer.data.pii_phones import detect_phones
+from bessemer.data.pipeline import Pipeline, register_step
+from bessemer.data.step import Step
 
 # Checksums computed here independently of the module under test.
 _W = [2 ** (17 - i) % 11 for i in range(17)]  # ISO 7064 MOD 11-2 weights: 7 9 10 5 8 4 2 1 6 3 ...
@@ -297,6 +301,18 @@ def test_not_names(text):
         ("明天去人民路100号取件", "明天去[STREET][NUMBER]取件"),
         ("地址：幸福小区3栋2单元501室", "地址：[DISTRICT][NUMBER]"),
         ("北京市朝阳区三里屯路19号院1号楼附近有家店", "[CITY][DISTRICT][STREET][NUMBER]附近有家店"),
+        # every unit of the division table by its level: county-level cities, 盟/旗, autonomous prefectures,
+        # counties directly under a province, municipalities (CITY), short names
+        ("河北省石家庄市新乐市长寿街道88号", "[PROVINCE][CITY][DISTRICT][STREET][NUMBER]"),
+        ("广东省江门市恩平市建设路12号", "[PROVINCE][CITY][DISTRICT][STREET][NUMBER]"),
+        ("孝感市应城市人民路5号", "[CITY][DISTRICT][STREET][NUMBER]"),
+        ("内蒙古自治区锡林郭勒盟正蓝旗上都镇人民路8号", "[PROVINCE][CITY][DISTRICT][STREET][NUMBER]"),
+        ("吉林省延边朝鲜族自治州延吉市光明街12号", "[PROVINCE][CITY][DISTRICT][STREET][NUMBER]"),
+        ("湖北省仙桃市沔阳大道88号", "[PROVINCE][DISTRICT][STREET][NUMBER]"),
+        ("天津市和平区南京路189号", "[CITY][DISTRICT][STREET][NUMBER]"),
+        ("浙江杭州西湖区文三路478号", "[PROVINCE][CITY][DISTRICT][STREET][NUMBER]"),
+        ("我家住在牧野区文化路298号3栋2单元1908室。", "我家住在[DISTRICT][STREET][NUMBER]。"),
+        ("公司位于阿里地区噶尔县朝阳北路347号", "公司位于[CITY][DISTRICT][STREET][NUMBER]"),
     ],
 )
 def test_addresses(text, masked):
@@ -393,3 +409,126 @@ def test_id_shaped_numbers_are_not_cards():
     assert detect_bank_cards(f"号码 {wrong}") == [] and detect_resident_ids(f"号码 {wrong}") == []
     card = make_card("62170012345678901")
     assert detect_bank_cards(f"身份证号：{card}") == [] and values(detect_bank_cards(f"卡号：{card}")) == [card]
+
+
+# --- field libraries: phones (libphonenumber), every card network, SSNs ---
+
+
+@pytest.mark.parametrize(
+    "phone",
+    ["762-461-2032x4106", "(776)790-7583x0098", "+1-402-650-0385x7578", "001-561-268-2125x96046",
+     "414.260.0584x5609", "+81 3-0538-0604", "+49 30 12345678"],
+)
+def test_phone_extensions_and_international_forms(phone):
+    for text in (f"call {phone} now", f"请拨打{phone}联系"):
+        assert values(detect_phones(text)) == [phone], text
+
+
+def test_plain_ten_digit_numbers_need_a_valid_area_code_or_a_phone_word():
+    assert values(detect_phones("record 2125550143 added")) == ["2125550143"]  # 212: New York
+    assert detect_phones("record 7767907583 added") == []  # 776 is not assigned
+    assert values(detect_phones("my number is 7767907583")) == ["7767907583"]
+    assert detect_phones("sha 2125550143ab") == [] and detect_phones("3.2125550143") == []
+
+
+@pytest.mark.parametrize(
+    "network, prefix, length",
+    [("visa", "4", 13), ("visa", "4", 19), ("mastercard", "2720", 16), ("mastercard", "55", 16), ("amex", "34", 15),
+     ("discover", "644", 16), ("discover", "6011", 19), ("jcb", "3589", 16), ("jcb", "2131", 15),
+     ("diners", "36", 14), ("diners", "3095", 16), ("maestro", "6759", 12), ("maestro", "5018", 19),
+     ("unionpay", "62", 17), ("mir", "2200", 16)],
+)
+def test_every_network_by_iin_and_length(network, prefix, length):
+    card = make_card(prefix + "7" * (length - len(prefix) - 1))
+    assert card_brand(card) == network
+    assert values(detect_bank_cards(f"paid with {card} today")) == [card]
+    assert detect_bank_cards(f"paid with {card[:-1]}{(int(card[-1]) + 1) % 10} today") == []  # Luhn fails
+
+
+def test_us_social_security_numbers():
+    assert [s.type for s in redact("SSN 638-33-5875.")[1]] == ["ID_NUMBER"]
+    assert redact("her social security number: 638335875")[0] == "her social security number: [ID_NUMBER]"
+    for not_ssn in ("666-12-3456", "900-12-3456", "123-00-4567", "record 638335875", "2023-05-1234"):
+        assert redact(not_ssn, types=["ID_NUMBER"])[1] == [], not_ssn
+
+
+# --- number context decided before a pattern fires ---
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["财政收入达15000000000元", "全市常住人口13800138000人", "增长率为13800138000%", "第5.2.1.3节", "见§ 10.1.2.3",
+     "Section 10.1.2.3 applies", "型号E12345678", "model no. G87654321", "id=4111111111111111",
+     '{"user_id": "4111111111111111"}', "序列号4111111111111111", "订单号4111111111111111", "S/N 4111111111111111",
+     "¥4111111111111111", "产品编号110105194912310021"],
+)
+def test_amounts_sections_and_codes_are_not_pii(text):
+    assert redact(text) == (text, [])
+
+
+# --- names: roles are cues, ordinary words are not names ---
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["项目经理", "班主任老师", "历史老师", "高峰表示", "高峰时期", "申请人应当自收到通知之日起",
+     "审判长查明当事人是否到庭",
+     "被害人陈述；", "告知原告向仲裁机构申请仲裁", "原告方某诉称", "被告人王某某", "经当事人申请，仲裁庭可以先行裁定",
+     "Virginia Beach is nice", "May Day parade", "Grace Church on Main Street", "Apple said on Monday"],
+)
+def test_ordinary_words_stay(text):
+    assert redact(text, types=["PERSON"]) == (text, [])
+
+
+def test_statute_text_passes_unmasked():
+    from importlib.resources import files
+
+    statute = files("bessemer.demo").joinpath("zh.txt").read_text(encoding="utf-8")
+    statute += (
+        "第一百零四条 申请人向海事法院申请设立海事赔偿责任限制基金，应当提交书面申请。"
+        "被申请人应当自收到申请书副本之日起"
+        "十五日内提出异议。审判长查明当事人是否到庭，宣布案由。当事人陈述；证人证言；被害人陈述。"
+        "城市主干路、主要商业区等无障碍设施的改造，属于城镇公共道路的除外。"
+    )
+    assert redact(statute) == (statute, [])
+
+
+# --- no raw PII at rest: the exclusion sink ---
+
+
+class RejectMarked(Step):
+    """Drops documents containing "#reject#", before the pii step."""
+
+    name = "reject"
+
+    def process(self, doc):
+        return "marked" if "#reject#" in doc.text else None
+
+
+register_step("test-reject-marked", RejectMarked)
+
+
+@pytest.mark.parametrize("steps, shards", [
+    ([{"name": "test-reject-marked"}, {"name": "pii"}], 1),
+    ([{"name": "test-reject-marked"}, {"name": "dedup"}, {"name": "pii", "action": "hash", "salt": "s"}], 2),
+])
+def test_documents_rejected_before_the_pii_step_are_redacted_in_the_sink(tmp_path, steps, shards):
+    (tmp_path / "in").mkdir()
+    for f in range(2):
+        rows = [{"text": f"#reject# 联系人：张伟，电话13800138000，邮箱zw{f}@example.com"}, "{broken: zw@example.com",
+                {"text": "a document repeated in both files, mail ops@example.com for a copy of the report " * 3},
+                {"text": f"kept {f}: call 415-555-0132"}]
+        lines = [r if isinstance(r, str) else json.dumps(r, ensure_ascii=False) for r in rows]
+        (tmp_path / "in" / f"f{f}.jsonl").write_text("\n".join(lines))
+    cfg = Pipeline.from_dict({"input": {"paths": [str(tmp_path / "in")]}, "steps": steps,
+                              "executor": {"shards": shards}, "output": {"dir": str(tmp_path / "out")}})
+    stats = run_pipeline(cfg)
+    assert stats["complete"] and stats["conserved"]
+    sunk = [json.loads(line) for p in sorted((tmp_path / "out" / "rejected").rglob("*.jsonl.zst"))
+            for line in zstandard.ZstdDecompressor().stream_reader(p.read_bytes()).read().splitlines()]
+    assert {d["metadata"]["reason"] for d in sunk} >= {"reject.marked", "input.invalid_json"}
+    assert len(sunk) == stats["docs_rejected"]
+    dumped = json.dumps(sunk, ensure_ascii=False)
+    for raw in ("张伟", "13800138000", "@example.com"):
+        assert raw not in dumped
+    assert all("pii" in d["metadata"] for d in sunk)

@@ -12,7 +12,8 @@ from bessemer.data.quality_boilerplate import BoilerplateRemover
 from bessemer.data.quality_c4 import C4Quality
 from bessemer.data.quality_fineweb import FineWebQuality
 from bessemer.data.quality_gopher import GopherQuality, GopherRepetition
-from bessemer.data.quality_text import TextView, cjk_ratio, code_mask, count_sentences
+from bessemer.data.quality_text import TextView, code_mask, count_sentences
+from bessemer.data.script import cjk_ratio
 
 README = """# fastcsv
 
@@ -152,11 +153,13 @@ def test_junk_rejected_with_reasons():
         "zh_junk": "quality.boilerplate.empty",
         "cookie": "quality.boilerplate.empty",
         "stuffed": "quality.gopher_repetition.top_2_gram",
-        "zh_stuffed": "quality.gopher_repetition.top_2_gram",
+        "zh_stuffed": "quality.gopher_repetition.top_3_char_gram",
     }
 
 
 def test_template_junk_still_goes_without_boilerplate_remover():
+    # The cookie page passes the length floor on lines C4 then removes (policy, too few words); what is left
+    # is judged again.
     _, rejected, _ = run_quality({"zh_junk": ZH_JUNK, "cookie": COOKIE}, boilerplate=False)
     assert rejected["zh_junk"].startswith("quality.gopher_repetition.")
     assert rejected["cookie"] == "quality.gopher.too_few_words"
@@ -176,8 +179,12 @@ def test_gem_with_template_footer_loses_only_the_footer():
 
 
 def test_markdown_awareness_is_what_keeps_the_readme():
-    # Plain C4 drops every heading, list item and code line (none ends in terminal punctuation).
-    kept, rejected, step = run_quality({"readme": README}, markdown_aware=False)
+    # C4 with its terminal-punctuation rule drops every heading, list item and code line (none ends in
+    # terminal punctuation) unless it knows Markdown.
+    c4_punct = C4Quality(filter_no_terminal_punct=True)
+    kept, rejected, step = run_quality({"readme": README}, c4=c4_punct)
+    assert rejected == {} and kept["readme"].text == README
+    kept, rejected, step = run_quality({"readme": README}, c4=c4_punct, markdown_aware=False)
     assert rejected == {}
     assert "## Installation" not in kept["readme"].text and "```" not in kept["readme"].text
     assert step.stats()["lines_removed"]["c4.no_terminal_punct"] > 20
@@ -259,7 +266,7 @@ def test_gopher_passes_prose():
         ("The values were " + " ".join(str(1000 + i) for i in range(60)) + " in total.", "too_few_alpha_words"),
         ("Quick brown foxes jump over lazy dogs. " * 10, "too_few_stop_words"),
         ("龘靐齉爩鱻麤" * 20, "mean_word_length_too_short"),
-        ("北京上海广州深圳杭州南京武汉成都重庆西安" * 5, "too_few_stop_words"),
+        ("苹果香蕉橘子葡萄西瓜草莓菠萝芒果樱桃柠檬" * 5, "too_few_stop_words"),
     ],
 )
 def test_gopher_rules(text, rule):
@@ -273,11 +280,11 @@ def test_gopher_thresholds_are_options():
     assert GopherQuality(min_stop_words=None).check(view("Quick brown foxes jump over lazy dogs. " * 10)) is None
 
 
-def test_cjk_document_counts_jieba_words():
+def test_cjk_document_counts_characters_and_segments_for_word_length():
     v = view(ZH_QA)
-    assert v.cjk and not view(QA).cjk
-    assert 1.2 < sum(map(len, v.words)) / len(v.words) < 3  # words, not characters
-    assert "的" in v.words
+    assert v.cjk and v.chinese and not view(QA).cjk
+    assert "GBK" in v.words and {len(w) for w in v.words if not w.isascii()} == {1}
+    assert 1.2 < sum(map(len, v.segmented_words)) / len(v.segmented_words) < 3  # jieba words
     assert cjk_ratio("abc 中文") == pytest.approx(2 / 5)
 
 
@@ -310,7 +317,8 @@ def test_repetition_rules(text, rule):
 
 def test_repeated_ngrams_across_distinct_lines():
     s = "the quick brown fox jumps over a lazy dog near our old barn today"
-    lines = [f"Line number {w}: {s}." for w in ["one", "two", "three", "four", "five", "six"]]
+    lines = [f"Line number {w}: {s}." for w in ["one", "two", "three", "four", "five", "six", "seven", "eight",
+                                                "nine", "ten", "eleven", "twelve", "thirteen", "fourteen"]]
     text = QA + "\n\n" + "\n".join(lines)
     assert GopherRepetition().check(view(text)).startswith("dup_")
     assert GopherRepetition(dup_n_grams=()).check(view(text)) is None
@@ -330,8 +338,7 @@ def test_c4_keeps_prose_whole():
 @pytest.mark.parametrize(
     "line, rule",
     [
-        ("Home | About | Contact", "no_terminal_punct"),
-        ("Read the next chapter...", "no_terminal_punct"),
+        ("Next page", "too_few_words"),
         ("Thanks!", "too_few_words"),
         ("Please enable JavaScript to view the comments.", "javascript"),
         ("By using this site you agree to our terms of use.", "policy"),
@@ -345,6 +352,14 @@ def test_c4_line_rules(line, rule):
     assert text == QA.strip()
 
 
+@pytest.mark.parametrize("line", ["Home | About | Contact", "Read the next chapter..."])
+def test_c4_terminal_punctuation_rule_is_off_by_default(line):
+    # FineWeb turns it off: it drops headings, list items and every line a list introduces.
+    assert c4(QA.strip() + "\n" + line) == (QA.strip() + "\n" + line, None, {})
+    text, failed, removed = c4(QA.strip() + "\n" + line, filter_no_terminal_punct=True)
+    assert (text, failed, removed) == (QA.strip(), None, {"no_terminal_punct": 1})
+
+
 @pytest.mark.parametrize(
     "extra, rule",
     [
@@ -353,13 +368,24 @@ def test_c4_line_rules(line, rule):
     ],
 )
 def test_c4_page_rules(extra, rule):
-    assert c4(QA.strip() + "\n" + extra)[1] == rule
+    assert c4(QA.strip() + "\n" + extra, filter_curly_bracket=True)[1] == rule
+
+
+def test_c4_curly_bracket_rule_is_off_by_default():
+    # It drops every documentation page with a code sample the extractor did not fence.
+    page = QA.strip() + "\nThe config is {name: value} and nothing else."
+    assert c4(page) == (page, None, {})
 
 
 def test_c4_too_few_sentences():
-    assert c4("One sentence here. Two sentences here.\nThree is here.\nAnd a fourth one.")[1] == "too_few_sentences"
-    assert c4("One here. Two here. Three here.\nFour is here.\nAnd a fifth one.")[1] is None
-    assert c4("一句话。两句话。\n三句话。")[1] == "too_few_sentences"
+    # C4's five sentences are an option; by default one must be left after the line rules.
+    five = {"min_num_sentences": 5}
+    four = "One sentence here. Two sentences here.\nThree is here.\nAnd a fourth one."
+    assert c4(four, **five)[1] == "too_few_sentences"
+    assert c4("One here. Two here. Three here.\nFour is here.\nAnd a fifth one.", **five)[1] is None
+    assert c4("一句话。两句话。\n三句话。", **five)[1] == "too_few_sentences"
+    assert c4("第三十二条 刑罚分为主刑和附加刑。")[1] is None
+    assert c4("Next page\nThanks!")[1] == "too_few_sentences"
 
 
 def test_c4_removes_citations():
@@ -376,21 +402,21 @@ def test_c4_markdown_awareness():
     text, failed, removed = c4(page)
     assert (failed, removed) == (None, {})
     assert text == page
-    text, failed, removed = c4(page, markdown_aware=False)
+    text, failed, removed = c4(page, markdown_aware=False, filter_curly_bracket=True)
     assert failed == "curly_bracket"
 
 
 def test_c4_cjk_terminal_punctuation():
     zh = ZH_QA.strip()
-    # 。 ends a line, so does …; a line needs three jieba words.
-    text, failed, removed = c4(zh + "\n相关阅读\n那么……\n这是一个很好的例子……")
+    # 。 ends a line, so does …; a CJK line needs five characters.
+    text, failed, removed = c4(zh + "\n相关阅读\n那么……\n这是一个很好的例子……", filter_no_terminal_punct=True)
     assert failed is None
     assert text == zh + "\n这是一个很好的例子……"
     assert removed == {"no_terminal_punct": 1, "too_few_words": 1}
 
 
 def test_c4_rules_switch_off():
-    _, failed, removed = c4(QA.strip() + "\nHome | About", filter_no_terminal_punct=False, min_words_per_line=None)
+    _, failed, removed = c4(QA.strip() + "\nHome", min_words_per_line=None)
     assert (failed, removed) == (None, {})
     assert c4("Short.", min_num_sentences=None)[1] is None
 
@@ -413,10 +439,7 @@ PAIRS = list(itertools.pairwise(WORDS))
     [
         ("\n".join(f"{a} {b} and the rest of the story without an end" for a, b in PAIRS), "line_punct_ratio"),
         ("\n".join(f"{a} {b} went home." for a, b in PAIRS), "short_line_ratio"),
-        (
-            QA.strip() + "\nThe fix works on every machine we tried.\nThe fix works on every machine we tried.",
-            "char_dup_ratio",
-        ),
+        ("\n".join([QA.strip()] + ["The fix works on every machine we tried, old and new."] * 6), "char_dup_ratio"),
         ("\n".join(f"Supercalifragilistic{a} antidisestablishment{b}." for a, b in PAIRS), "newline_ratio"),
     ],
 )
@@ -479,6 +502,15 @@ def test_custom_filter_instance_and_bad_option():
         QualityStep(gopher=3)
 
 
+def test_filter_options_from_a_pipeline_table():
+    from bessemer.data.pipeline import ConfigError, build_step
+
+    step = build_step({"name": "quality", "gopher": {"min_doc_words": 1000}, "c4": {"min_num_sentences": 5}})
+    assert step.gopher.doc_words == (1000, 100_000) and step.c4.min_num_sentences == 5
+    with pytest.raises(ConfigError, match="min_doc_wordz.*valid keys: min_doc_words"):
+        build_step({"name": "quality", "gopher": {"min_doc_wordz": 50}})
+
+
 def test_line_removals_are_counted():
-    _, _, step = run_quality({"qa": QA.strip() + "\nHome | About | Contact\nPlease enable JavaScript to continue."})
-    assert step.stats()["lines_removed"] == {"c4.javascript": 1, "c4.no_terminal_punct": 1}
+    _, _, step = run_quality({"qa": QA.strip() + "\nNext page\nPlease enable JavaScript to continue."})
+    assert step.stats()["lines_removed"] == {"c4.javascript": 1, "c4.too_few_words": 1}
