@@ -11,31 +11,15 @@ global and local shape are checked); the macro tier, in DCP's format, reshards.
 """
 
 import io
-import os
 from pathlib import Path
 
 import torch
 from torch.distributed.tensor import DTensor
 
-from bessemer.checkpoint.manifest import hasher
+from bessemer.checkpoint.writer import write_state
 from bessemer.errors import BessemerError
 
 STORAGE = "local"
-
-
-class _HashingFile:
-    """A write-only file that hashes what goes through it, so the checksum costs no second read."""
-
-    def __init__(self, f, algo: str):
-        self.f, self.h, self.size = f, hasher(algo), 0
-
-    def write(self, data) -> int:
-        self.h.update(data)
-        self.size += len(data)
-        return self.f.write(data)
-
-    def flush(self) -> None:
-        self.f.flush()
 
 
 def _shape(value) -> list:
@@ -52,12 +36,7 @@ def save_rank(path: Path, sharded: dict, small: dict, algo: str) -> dict:
         state = component.state_dict()
         payload["sharded"][name] = {k: v.to_local() if isinstance(v, DTensor) else v for k, v in state.items()}
         payload["shapes"][name] = {k: _shape(v) for k, v in state.items() if isinstance(v, torch.Tensor)}
-    with open(path, "wb") as f:
-        out = _HashingFile(f, algo)
-        torch.save(payload, out)
-        f.flush()
-        os.fsync(f.fileno())
-    return {"size": out.size, algo: out.h.hexdigest()}
+    return write_state(path, payload, algo)
 
 
 def read_rank(data: bytes, path: Path) -> dict:

@@ -29,6 +29,26 @@ def hasher(algo: str):
     raise ValueError(f"unknown checksum {algo!r}")
 
 
+class HashingFile:
+    """A write-only file that hashes and counts what goes through it, so a file's manifest entry is known the
+    moment it is written: no second read of a checkpoint to checksum it."""
+
+    def __init__(self, f, algo: str):
+        self.f, self.h, self.size = f, hasher(algo), 0
+
+    def write(self, data) -> int:
+        self.h.update(data)
+        self.size += memoryview(data).nbytes  # len() counts elements, not bytes, of a typed buffer
+        return self.f.write(data)
+
+    def entry(self, algo: str) -> dict:
+        """This file's manifest entry {"size", algo}."""
+        return {"size": self.size, algo: self.h.hexdigest()}
+
+    def __getattr__(self, name):  # tell, flush, fileno (for fsync), close: the file's own
+        return getattr(self.f, name)
+
+
 def checksum(path: Path, algo: str) -> str:
     h = hasher(algo)
     with open(path, "rb") as f:

@@ -12,18 +12,21 @@ One checkpoint of a shared tier (macro; micro unless node-local), with any numbe
 A node-local micro tier (`{node}` in its directory) holds each node's part in local.py's format instead, and
 the commit record (paths.py) says which steps every node committed.
 
-The commit protocol: every rank writes under `step_N.tmp/` (every file fsynced) and checksums its share; the
-directory's owner (rank 0; a node's local rank 0 for its node-local part) writes the manifest last, renames to
-`step_N/`, fsyncs the tier directory and replaces `latest`. A crash at any point leaves either the previous
-checkpoints alone or a complete new one; `.tmp` directories are never loaded. No collective waits on one
-rank's file work: the commit runs after the ranks' last agreement, pruning and deletions on a background
-thread (housekeeping.py), a cold restore on rank 0's thread while the others poll.
+The commit protocol: every rank writes under `step_N.tmp/` (every file fsynced), checksumming each file while
+writing it (writer.py); the ranks exchange those entries; the directory's owner (rank 0; a node's local rank 0
+for its node-local part) writes the manifest last, renames to `step_N/`, fsyncs the tier directory and
+replaces `latest`. A crash at any point leaves either the previous checkpoints alone or a complete new one;
+`.tmp` directories are never loaded. No collective waits on one rank's file work: the entries are known when
+the files are, the shared tiers' commit and pruning run on the owner's housekeeping thread (housekeeping.py),
+an async save's agreement and commit on every rank's housekeeping thread over the async group, a cold restore
+on rank 0's thread while the others poll.
 """
 
 import contextlib
 import hashlib
 import io
 import os
+import queue
 import shutil
 import threading
 import time
@@ -40,11 +43,11 @@ from torch.distributed.checkpoint.api import CheckpointException
 from bessemer import __version__
 from bessemer.checkpoint.housekeeping import Housekeeper, clear_leftovers, trash
 from bessemer.checkpoint.local import STORAGE, load_sharded, read_rank, save_rank
-from bessemer.checkpoint.manifest import (check, describe_files, fsync_dir, read_manifest, step_problem,
-                                          write_manifest)
+from bessemer.checkpoint.manifest import check, fsync_dir, read_manifest, step_problem, write_manifest
 from bessemer.checkpoint.paths import (LATEST, candidates, committed, node_local, read_commits, step_dir, step_of,
                                        tier_dirs, write_commits)
 from bessemer.checkpoint.reading import Damaged, VerifyingReader, read_verified
+from bessemer.checkpoint.writer import HashingWriter, async_save, make_stager, write_state
 from bessemer.config import CheckpointConfig
 from bessemer.errors import BessemerError
 from bessemer.parallel.reduce import local
@@ -103,13 +106,6 @@ def _restoring(path: Path, what: str):
                             f"config? {_reason(e)}") from None
 
 
-def _save_file(path: Path, state: dict) -> None:
-    with open(path, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def rank_file(path: Path, rank: int) -> Path:
     return path / f"rank{rank:05d}.pt"
 
@@ -162,7 +158,8 @@ class Checkpointer:
         self.event = event or (lambda *a, **k: None)
         self.midway = midway or (lambda step: None)
         self.committed = committed or (lambda tier, step, path: None)  # rank 0, after each commit
-        self.pending = None  # (future, tmp, final, tier, step, t0) of the async save in flight
+        self._in_flight: threading.Event | None = None  # set once the async save in flight is committed
+        self._news: queue.SimpleQueue = queue.SimpleQueue()  # commit outcomes, from the housekeeping thread
         self.last_save_s: float | None = None  # the training time the last save cost (the stall, when async)
         self.last_micro_step = 0
         self.micro_interval = cfg.micro.interval if cfg.micro.interval != "auto" else 1  # auto: measure first
@@ -171,6 +168,7 @@ class Checkpointer:
         # pair with the loop's own collectives in a different order on each rank, and NCCL groups cannot run
         # them at all. So async saves get a gloo group of their own (created on every rank, in order).
         self.async_group = dist.new_group(backend="gloo") if cfg.async_save and self.distributed else None
+        self.stager = make_stager(torch.cuda.is_available()) if cfg.async_save else None  # buffers kept for the run
         if not self.distributed:  # distributed, the trainer does this before the process group exists
             clear_tier_leftovers(cfg, run_dir, rank, local_rank, node)
 
@@ -204,12 +202,12 @@ class Checkpointer:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return bool(t.item())
 
-    def _everyone(self, obj) -> list:
+    def _everyone(self, obj, group=None) -> list:
         """Every rank's `obj`, in rank order, on every rank."""
         if not self.distributed:
             return [obj]
         out = [None] * self.world_size
-        dist.all_gather_object(out, obj)
+        dist.all_gather_object(out, obj, group=group)
         return out
 
     def _from_rank0(self, obj):
@@ -224,14 +222,15 @@ class Checkpointer:
     def save(self, step: int, tier: str) -> Path | None:
         """Save every component as checkpoint `step` of `tier`; returns its path, or None when the save failed
         and checkpoint.on_error is "continue" (the partial save removed, an alert raised). Across ranks the
-        answer is agreed: a failed write on any rank fails the save on all; a commit that fails afterwards on
-        the directory's owner is that rank's alert (the checkpoint is then not loadable, never half-loaded)."""
+        answer is agreed: a failed write on any rank fails the save on all. The commit (manifest, rename, prune)
+        runs on the owner's housekeeping thread; a commit that fails there is reported by `report` (the
+        checkpoint is then not loadable, never half-loaded)."""
         t0 = time.perf_counter()
-        self._finish_pending()
-        self._report_housekeeping(step)
+        self._settle()
+        self.report(step)
         final = step_dir(self.tiers[tier], step)
         tmp = final.with_name(final.name + ".tmp")
-        error, future, files, names = None, None, {}, []
+        error, future, writer, files = None, None, None, {}
         try:
             # Every rank: nobody waits for another to create it (a leftover was cleared at start-up).
             tmp.mkdir(parents=True, exist_ok=True)
@@ -244,12 +243,14 @@ class Checkpointer:
             else:
                 import torch.distributed.checkpoint as dcp
 
+                writer = HashingWriter(tmp, self.cfg.checksum)
                 if self.cfg.async_save:
-                    future = dcp.async_save(sharded, checkpoint_id=str(tmp), process_group=self.async_group)
+                    future = async_save(sharded, writer, self.async_group, self.stager)
                 else:
-                    names = _dcp_files(dcp.save(sharded, checkpoint_id=str(tmp)), self.world_size)
+                    dcp.save(sharded, storage_writer=writer)
                 self.midway(step)
-                _save_file(rank_file(tmp, self.rank), small)
+                own = rank_file(tmp, self.rank)
+                files = {own.name: write_state(own, small, self.cfg.checksum)}
         except (Exception, CheckpointException) as e:  # DCP raises on every rank when any rank's write fails
             error = e
         if self._local(tier):  # one exchange: every rank's outcome and files, for its node's owner
@@ -257,95 +258,122 @@ class Checkpointer:
             if any(p[3] for p in parts):
                 return self._failed(step, tier, tmp, error or next(p[3] for p in parts if p[3]))
             return self._commit_local(tmp, final, step, parts, t0)
-        if self._any(error is not None):
-            if future is not None:  # let the background write end before its directory is removed
-                with contextlib.suppress(Exception, CheckpointException):
-                    future.result()
-            return self._failed(step, tier, tmp, error)
-        self.last_micro_step = step  # a macro save also resets the micro count
         if future is not None:
+            if self._any(error is not None):
+                with contextlib.suppress(Exception, CheckpointException):  # let the write end before removal
+                    future.result()
+                return self._failed(step, tier, tmp, error)
+            self.last_micro_step = step  # a macro save also resets the micro count
             self.last_save_s = time.perf_counter() - t0  # the stall: what training waited for
-            self.pending = (future, tmp, final, tier, step, t0)
+            done = self._in_flight = threading.Event()
+            self.housekeeper.submit(f"committing step {step}", lambda: self._finish_async(
+                future, writer, files, (tmp, final, tier, step, t0), done))
             return final
-        return self._commit(tmp, final, tier, step, names, t0)
+        parts = self._everyone((files | (writer.files if writer else {}), _text(error)))  # no I/O waited for
+        failed = next((e for _, e in parts if e), None)
+        if failed:
+            return self._failed(step, tier, tmp, error or failed)
+        self.last_micro_step = step
+        self.last_save_s = time.perf_counter() - t0
+        if self.rank == 0:
+            self.housekeeper.submit(f"committing step {step}", lambda: self._commit(
+                tmp, final, tier, step, {k: v for f, _ in parts for k, v in f.items()}, t0))
+        return final
 
-    def finish(self) -> Path | None:
-        """Wait for the save in flight (if any) and commit it; then for this rank's housekeeping (the end of a
-        run: pruning done, the last checkpoint handed to the cold tier)."""
-        path = self._finish_pending()
+    def finish(self) -> None:
+        """Wait for the save in flight (if any) and its commit, then for this rank's housekeeping (the end of a
+        run: pruning done, the last checkpoint handed to the cold tier); report what they did."""
+        self._settle()
         self.housekeeper.wait()
-        self._report_housekeeping(self.last_micro_step)
-        return path
+        self.report(self.last_micro_step)
 
-    def _finish_pending(self) -> Path | None:
-        if self.pending is None:
-            return None
-        future, tmp, final, tier, step, t0 = self.pending
-        self.pending = None
-        error, names = None, []
+    def _settle(self) -> None:
+        """Wait until the async save in flight is written, agreed and committed: at most one save in flight,
+        and its collectives on the async group never overlap the next save's."""
+        if self._in_flight is not None:
+            self._in_flight.wait()
+            self._in_flight = None
+
+    def _finish_async(self, future, writer: HashingWriter, files: dict, where: tuple, done: threading.Event) -> None:
+        """On every rank's housekeeping thread, once the background write ends: the ranks agree on its outcome
+        over the async group (no I/O waited for: each rank already knows its files' entries) and rank 0 commits."""
+        tmp, final, tier, step, t0 = where
         try:
-            names = _dcp_files(future.result(), self.world_size)
-        except (Exception, CheckpointException) as e:
-            error = e
-        if self._any(error is not None):
-            return self._failed(step, tier, tmp, error)
-        return self._commit(tmp, final, tier, step, names, t0, background=True)
+            error = None
+            try:
+                future.result()
+                files = files | writer.files
+            except (Exception, CheckpointException) as e:
+                error = _text(e)
+            parts = self._everyone((files, error), group=self.async_group)
+            failed = next((e for _, e in parts if e), None)
+            if failed:
+                self._discard(tier, tmp)
+                self._news.put(("failed", step, tier, failed))
+            elif self.rank == 0:
+                self._commit(tmp, final, tier, step, {k: v for f, _ in parts for k, v in f.items()}, t0)
+        finally:
+            done.set()
+
+    def report(self, step: int) -> None:
+        """On the training thread: events for the commits finished in the background since the last call, and
+        alerts for housekeeping that failed. A failed save with checkpoint.on_error = "stop" raises here."""
+        while True:
+            try:
+                news = self._news.get_nowait()
+            except queue.Empty:
+                break
+            if news[0] == "failed":
+                self._alert_failed(*news[1:])
+            else:
+                self.event("checkpoint_saved", news[1], **news[2])
+        for message in self.housekeeper.take_errors():
+            self.event("alert", step, kind="checkpoint_housekeeping", message=message)
 
     def _failed(self, step: int, tier: str, tmp: Path, error: BaseException | str | None) -> None:
-        """Every rank agreed that the save failed: its owner renames the partial save aside at once (so no
-        `.tmp` is left where the next save goes) and deletes it in the background."""
+        """Every rank agreed that the save failed: its partial save goes, an alert is raised."""
+        self._discard(tier, tmp)
+        reason = (_reason(error) if isinstance(error, BaseException) else error) or "failed on another rank"
+        self._alert_failed(step, tier, reason)
+
+    def _discard(self, tier: str, tmp: Path) -> None:
+        """The owner renames a partial save aside at once (so no `.tmp` is left where the next save goes) and
+        deletes it in the background."""
         if self._owner(tier):
             try:
                 self.housekeeper.delete(trash(tmp))
             except OSError:  # never created, or a full disk refusing even the rename: delete it where it is
                 self.housekeeper.delete(tmp)
-        reason = (_reason(error) if isinstance(error, BaseException) else error) or "failed on another rank"
+
+    def _alert_failed(self, step: int, tier: str, reason: str) -> None:
         self.event("alert", step, kind="checkpoint_failed", tier=tier,
                    message=f"{tier} checkpoint at step {step} failed and was removed ({reason}); the previous "
                            f"checkpoints are intact")
         if self.cfg.on_error == "stop":
             raise BessemerError(f"checkpoint at step {step} failed: {reason} (checkpoint.on_error = \"stop\")")
-        return None
 
-    def _saved(self, final: Path, tier: str, step: int, t0: float, background: bool) -> Path:
-        seconds = round(time.perf_counter() - t0, 3)
-        if background:
-            self.event("checkpoint_saved", step, tier=tier, path=str(final), stall_seconds=round(self.last_save_s, 3),
-                       seconds=seconds, background=True)
-        else:
-            self.last_save_s = seconds
-            self.event("checkpoint_saved", step, tier=tier, path=str(final), seconds=seconds)
-        return final
+    def _saved(self, tier: str, step: int, final: Path, t0: float) -> dict:
+        """The fields of a checkpoint_saved event: `seconds` until committed; for an async save also the stall."""
+        fields = {"tier": tier, "path": str(final), "seconds": round(time.perf_counter() - t0, 3)}
+        if self.cfg.async_save and not self._local(tier):
+            fields |= {"stall_seconds": round(self.last_save_s, 3), "background": True}
+        return fields
 
-    def _commit(self, tmp: Path, final: Path, tier: str, step: int, names: list[str], t0: float,
-                background: bool = False) -> Path | None:
-        """A shared directory: every rank checksums its share of the files (all ranks know the names from DCP's
-        metadata), rank 0 gathers them and — after that last collective — writes the manifest and renames."""
-        error, mine = None, {}
-        try:
-            mine = describe_files(tmp, self.cfg.checksum, names[self.rank::self.world_size])
+    def _commit(self, tmp: Path, final: Path, tier: str, step: int, files: dict, t0: float) -> None:
+        """Rank 0, on its housekeeping thread: the manifest of every rank's files (their entries computed while
+        they were written), then the rename; news of the outcome for `report`."""
+        try:  # everything up to the rename: a failure here leaves only a .tmp behind
+            meta = {**self.meta, "tier": tier, "versions": dict(self.meta["versions"])}
+            if tier == "macro" and self.config:
+                meta["config"] = self.config
+            write_manifest(tmp, step, self.cfg.checksum, meta, files=files)
+            self._publish(tmp, final)
         except OSError as e:
-            error = e
-        parts = [(mine, _text(error))]
-        if self.distributed:
-            parts = [None] * self.world_size
-            dist.gather_object((mine, _text(error)), parts if self.rank == 0 else None, dst=0)
-        if self.rank != 0:
-            return final
-        error = next((e for _, e in parts if e), None)
-        if error is None:
-            try:  # everything up to the rename: a failure here leaves only a .tmp behind
-                meta = {**self.meta, "tier": tier, "versions": dict(self.meta["versions"])}
-                if tier == "macro" and self.config:
-                    meta["config"] = self.config
-                write_manifest(tmp, step, self.cfg.checksum, meta, files={k: v for f, _ in parts for k, v in f.items()})
-                self._publish(tmp, final)
-            except OSError as e:
-                error = _text(e)
-        if error is not None:
-            return self._failed(step, tier, tmp, error)
+            self._discard(tier, tmp)
+            self._news.put(("failed", step, tier, _text(e)))
+            return
         self._after_commit(tier, step, final)
-        return self._saved(final, tier, step, t0, background)
+        self._news.put(("saved", step, self._saved(tier, step, final, t0)))
 
     def _publish(self, tmp: Path, final: Path) -> None:
         """Rename the finished `tmp` into place (an older checkpoint of the same step is set aside) and point
@@ -395,7 +423,8 @@ class Checkpointer:
                                    f"not be written ({_text(e)}): it will not be offered for recovery")
                 return final
         self._after_commit("micro", step, final)
-        return self._saved(final, "micro", step, t0, background=False)
+        self.event("checkpoint_saved", step, **self._saved("micro", step, final, t0))
+        return final
 
     def _after_commit(self, tier: str, step: int, final: Path) -> None:
         """The owner's housekeeping, in the background: hand the checkpoint to the cold tier, prune."""
@@ -403,10 +432,6 @@ class Checkpointer:
             if self.rank == 0:
                 self.housekeeper.submit(f"backing up step {step}", lambda: self.committed(tier, step, final))
             self.housekeeper.submit(f"pruning the {tier} tier", lambda: self._prune(tier, keep_step=step))
-
-    def _report_housekeeping(self, step: int) -> None:
-        for message in self.housekeeper.take_errors():
-            self.event("alert", step, kind="checkpoint_housekeeping", message=message)
 
     def _prune(self, tier: str, keep_step: int) -> None:
         """Remove saves that died before `keep_step`'s and all but the newest `keep` committed checkpoints —
@@ -648,13 +673,6 @@ def _mismatch(manifest: dict, meta: dict, rank: int) -> str | None:
         return (f"{where}'s part holds ranks {manifest.get('ranks')}, not rank {rank} (node ranks changed since the "
                 f"save)")
     return None
-
-
-def _dcp_files(metadata, world_size: int) -> list[str]:
-    """Every file of a DCP checkpoint, from the metadata DCP's save returns on every rank: its shard files,
-    `.metadata`, and each rank's small-state file."""
-    shards = {info.relative_path for info in metadata.storage_data.values()}
-    return sorted(shards | {".metadata"} | {f"rank{r:05d}.pt" for r in range(world_size)})
 
 
 def _tmp_step(path: Path) -> int | None:

@@ -109,8 +109,15 @@ class TrainConfig:
                                   "checkpoint's: rebuild the learning-rate schedule from this config at the saved "
                                   "step (as Megatron's --override-opt_param-scheduler). false = stop and name each "
                                   "difference.")
+    compile: bool | Literal["auto"] = opt(
+        "auto", "torch.compile each transformer block and the loss (fused kernels, one graph per block shape); "
+        "\"auto\" = on CUDA only, true = also on CPU (inductor needs a C++ compiler), false = eager.")
+    gc_interval: int = opt(50, "Python's garbage collector is off while training and collects on every rank at the "
+                           "same steps, every N steps: its pauses would otherwise hit ranks at random (stragglers).")
 
     def validate(self) -> None:
+        if self.gc_interval < 1:
+            raise ConfigError(f"train.gc_interval must be >= 1, got {self.gc_interval}")
         for key in ("steps", "global_batch", "micro_batch", "seq_len"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"train.{key} must be > 0, got {getattr(self, key)}")
@@ -199,11 +206,19 @@ class Float8Config:
                       "(rowwise, weight gradient in high precision). Rules may pick another per module.")
     emulate: bool = opt(False, "Run the FP8 numerics with high-precision matmuls (CPU, or GPUs without FP8).")
     force: bool = opt(False, "Allow FP8 on the token embedding and the output head (refused otherwise).")
+    fsdp_all_gather: bool = opt(True, "Under FSDP2, all-gather the weights of tensorwise FP8 layers in FP8 (half "
+                                "the bytes of bf16), with their scales precomputed once after each optimizer "
+                                "step. Rowwise recipes all-gather in high precision.")
+    divisible_by: int = opt(16, "Linear layers whose input or output features (per tensor-parallel shard) are not "
+                            "multiples of this stay in high precision: FP8 GEMMs need multiples of 16. 1 keeps "
+                            "every layer the rules select.")
 
     def validate(self) -> None:
         if self.recipe not in FP8_RECIPES:
             raise ConfigError(f"precision.fp8.recipe: unknown recipe {self.recipe!r}; choose one of "
                               f"{', '.join(FP8_RECIPES)}")
+        if self.divisible_by < 1:
+            raise ConfigError(f"precision.fp8.divisible_by must be >= 1 (16 for FP8 GEMMs), got {self.divisible_by}")
 
 
 @dataclass
@@ -252,7 +267,7 @@ class GuardConfig:
             raise ConfigError(f"precision.guards.skipped_steps must be >= 1, got {self.skipped_steps}")
 
 
-DEFAULT_RULES = ["*norm: param=fp32, compute=fp32", "tok_embeddings: fp8=none", "output: fp8=none"]
+DEFAULT_RULES = ["*norm: compute=fp32", "tok_embeddings: fp8=none", "output: fp8=none"]
 
 
 @dataclass
@@ -266,7 +281,8 @@ class PrecisionConfig:
     rules: list[str] = opt(DEFAULT_RULES, "Per-module overrides, 'PATTERN: key=value, ...' with keys param, "
                            "compute, reduce (fp32|bf16|fp16) and fp8 (a recipe or none); PATTERN is an fnmatch glob "
                            "over module names (layers.3.attention.wq). Later rules override earlier ones key by "
-                           "key. The default keeps norms in fp32 and the embedding and output head out of FP8.")
+                           "key. The default computes norms in fp32 (RMSNorm does it inside; under FSDP2 their "
+                           "weights stay in their unit's dtype) and keeps the embedding and output head out of FP8.")
     scaler: LossScalerConfig = section(LossScalerConfig, "Dynamic loss scaling (fp16).")
     fp8: Float8Config = section(Float8Config, "FP8 training of Linear layers (torchao).")
     offload: OffloadConfig = section(OffloadConfig, "Optimizer-state offload to host memory.")
@@ -379,8 +395,10 @@ class FaultConfig:
 
 @dataclass
 class MetricsConfig:
-    log_interval: int = opt(10, "Print a console line every N steps when not on a terminal (metrics.jsonl gets "
-                            "every step).")
+    log_interval: int = opt(10, "Steps between the host reading the training numbers (loss, gradient norm, "
+                            "per-rank times: kept on the device in between), writing them (metrics.jsonl still gets "
+                            "every step) and acting on a stop signal; a console line every N steps when not on a "
+                            "terminal.")
     tensorboard: bool = opt(True, "Write the step scalars to <run.dir>/tb as TensorBoard events.")
     progress: bool = opt(True, "Show a progress bar (loss, tokens/s, ETA) when stderr is a terminal.")
     peak_tflops: float = opt(0.0, "Peak dense TFLOP/s of one device, the MFU denominator; 0 = auto (the catalog "

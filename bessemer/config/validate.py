@@ -6,7 +6,6 @@ import math
 
 from bessemer.config.sections import DataConfig, JobConfig, TrainConfig
 from bessemer.errors import ConfigError
-from bessemer.precision.rules import parse_rules, uses_fp8
 
 
 def validate_job(cfg: JobConfig, dp: int | None = None) -> None:
@@ -21,9 +20,6 @@ def validate_job(cfg: JobConfig, dp: int | None = None) -> None:
     if cfg.data.reweight == "loss" and cfg.parallel.pp > 1:
         raise ConfigError("data.reweight = loss needs per-domain losses, which pipeline parallelism "
                           "(parallel.pp > 1) does not compute; use data.reweight = none there")
-    if cfg.parallel.tp > 1 and uses_fp8(cfg.precision.fp8.enabled, parse_rules(cfg.precision.rules)):
-        raise ConfigError("precision.fp8 with parallel.tp > 1 is not supported yet: tensor-parallel FP8 needs "
-                          "torchao's Float8 parallel styles; use FSDP and pipeline parallelism with FP8")
     if dp is not None:
         check_data_parallel(cfg.train, dp)
 

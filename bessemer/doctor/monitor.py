@@ -2,7 +2,7 @@
 data-loader starvation on rank 0; GPU throttling on each node's sampling rank), the telemetry sampler (local
 rank 0 of each node) and the Prometheus exporter (rank 0). The trainer hands it each step's numbers from every
 rank and gets alerts back through its own `alert(kind, message, **fields)`. An alert raised on another node
-waits in that rank's outbox until the trainer's next end-of-step exchange carries it to rank 0
+waits in that rank's outbox until the trainer's next exchange (every metrics.log_interval steps) carries it to rank 0
 (`take_outbox` there, `record_alert` on rank 0), so every node's alerts reach metrics.jsonl. No torch.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from bessemer.config import MetricsConfig
 from bessemer.doctor.detectors import LeakDetector, StarvationDetector, StragglerDetector, ThrottleDetector
 
-# What every rank contributes to the end-of-step exchange, in this order (seconds, and bytes).
+# What every rank contributes for each step to the exchange at each log step, in this order (seconds, and bytes).
 RANK_FIELDS = ("step_time_s", "data_s", "forward_backward_s", "optimizer_s", "memory_bytes")
 
 

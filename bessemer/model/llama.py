@@ -33,8 +33,10 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.empty(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in fp32 whatever the compute dtype: statistics in 16 bits drift.
-        out = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
+        # Normalise in fp32 whatever the compute dtype: statistics in 16 bits drift. One upcast, one downcast:
+        # under torch.compile the whole norm is one fused kernel.
+        x32 = x.float()
+        out = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return out.type_as(x) * self.weight
 
 
@@ -54,19 +56,27 @@ def rope_frequencies(args: ModelArgs) -> torch.Tensor:
 
 
 def rope_cos_sin(args: ModelArgs, seq_len: int, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rotation tables of `apply_rope`, (T, hd) each, laid out like a head's pairs: cos(θ_i) at 2i and 2i+1;
+    sin(θ_i) negated at 2i, kept at 2i+1 (the signs of the rotation matrix's off-diagonal)."""
     freqs = rope_frequencies(args).to(device)
     angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), freqs)  # (T, hd/2)
-    return angles.cos(), angles.sin()
+    sign = torch.tensor([-1.0, 1.0], device=device)
+    cos = angles.cos().repeat_interleave(2, dim=-1)  # (T, hd)
+    sin = (angles.sin()[..., None] * sign).flatten(-2)  # (T, hd): -s0, s0, -s1, s1, ...
+    return cos, sin
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate pairs (x[2i], x[2i+1]) by position-dependent angles. x: (B, T, nh, hd)."""
+    """Rotate pairs (x[2i], x[2i+1]) by position-dependent angles, in fp32. x: (B, T, nh, hd).
+
+    Written as two elementwise products on real tensors, x*cos + swap(x)*sin with swap(x) = (x[2i+1], x[2i]),
+    so the compiler fuses the whole rotation into one kernel; the values are those of the rotation matrix
+    (x0 c - x1 s, x1 c + x0 s) to the bit, since negating s is exact and fp32 addition commutes."""
     T = x.shape[1]
-    x_ = x.float().unflatten(-1, (-1, 2))  # (B, T, nh, hd/2, 2)
-    x0, x1 = x_[..., 0], x_[..., 1]
-    c, s = cos[:T, None, :], sin[:T, None, :]  # (T, 1, hd/2), broadcast over batch and heads
-    out = torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), dim=-1)
-    return out.flatten(-2).type_as(x)
+    x32 = x.float()
+    swapped = x32.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)  # (B, T, nh, hd): pairs swapped
+    c, s = cos[:T, None, :], sin[:T, None, :]  # (T, 1, hd), broadcast over batch and heads
+    return (x32 * c + swapped * s).type_as(x)
 
 
 class Attention(nn.Module):
@@ -85,12 +95,10 @@ class Attention(nn.Module):
         k = self.wk(x).view(B, T, -1, self.head_dim)  # (B, T, nkv, hd)
         v = self.wv(x).view(B, T, -1, self.head_dim)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        # Grouped-query attention: each kv head serves n_heads / n_kv_heads query heads.
-        repeats = q.shape[2] // k.shape[2]
-        k = k.repeat_interleave(repeats, dim=2)
-        v = v.repeat_interleave(repeats, dim=2)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hd)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hd) and (B, nkv, T, hd)
+        # Grouped-query attention: each kv head serves n_heads / n_kv_heads query heads; the kernel indexes the
+        # shared head instead of copying K and V per query head.
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
         y = y.transpose(1, 2).reshape(B, T, -1)  # (B, T, nh*hd)
         return self.wo(y)
 

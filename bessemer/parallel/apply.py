@@ -1,5 +1,6 @@
 """Build the model parts of this rank and parallelise them from outside, in torchtitan's order:
-pipeline split -> tensor parallel -> FSDP -> materialise -> initialise.
+pipeline split -> FP8 -> tensor parallel -> activation checkpointing -> compile per block -> FSDP ->
+materialise -> initialise.
 
 Parts are built on the meta device and only this rank's shards are materialised: no rank ever holds the
 full model. Initialisation is per parameter and row block (model/llama.py), so the gathered weights are the
@@ -15,12 +16,14 @@ from torch.distributed.device_mesh import DeviceMesh
 from bessemer.config import ParallelConfig, PrecisionConfig
 from bessemer.model.llama import Transformer
 from bessemer.model.registry import ModelArgs
+from bessemer.parallel.compile import apply_compile
 from bessemer.parallel.dims import ParallelDims
 from bessemer.parallel.fsdp import apply_fsdp
 from bessemer.parallel.layout import stage_layers
 from bessemer.parallel.pipeline import attach_tied_group, build_stage_module, stage_ids
 from bessemer.parallel.tensor import apply_tp
-from bessemer.precision.apply import prepare_model
+from bessemer.precision.checkpointing import apply_activation_checkpointing
+from bessemer.precision.fp8 import convert_to_fp8
 from bessemer.precision.policy import PrecisionPolicy
 
 
@@ -39,12 +42,16 @@ def uses_fsdp(dims: ParallelDims) -> bool:
 
 
 def parallelize(model: nn.Module, dims: ParallelDims, mesh: DeviceMesh, cfg: ParallelConfig,
-                policy: PrecisionPolicy, precision: PrecisionConfig) -> None:
-    """Apply tensor parallelism, FP8, activation checkpointing and FSDP (or the autocast islands) to one
-    model part, in place (still on the meta device)."""
+                policy: PrecisionPolicy, precision: PrecisionConfig, compile_blocks: bool = False) -> None:
+    """Apply FP8, tensor parallelism, activation checkpointing, torch.compile per block (`compile_blocks`) and
+    FSDP (or the autocast islands) to one model part, in place (still on the meta device)."""
+    # FP8 before TP: torchao's Float8 parallel styles apply to Float8Linear layers only.
+    convert_to_fp8(model, policy, precision.fp8, dims.tp, sharded=uses_fsdp(dims))
     if dims.tp > 1:
         apply_tp(model, mesh["tp"], cfg.sequence_parallel, cfg.loss_parallel)
-    prepare_model(model, policy, precision, dims.tp)
+    apply_activation_checkpointing(model, precision.activation_checkpoint)
+    if compile_blocks:  # lazily: the graphs are traced at the first forward, on the materialised shards
+        apply_compile(model)
     if uses_fsdp(dims):
         dp_mesh = mesh["dp_replicate", "dp_shard"] if dims.dp_replicate > 1 else mesh["dp_shard"]
         # Resharded after forward under pipeline parallelism too: each unit is gathered per micro-batch
@@ -56,9 +63,9 @@ def parallelize(model: nn.Module, dims: ParallelDims, mesh: DeviceMesh, cfg: Par
 
 def build_model_parts(args: ModelArgs, max_seq_len: int, dims: ParallelDims, mesh: DeviceMesh,
                       cfg: ParallelConfig, precision: PrecisionConfig, device: torch.device,
-                      seed: int) -> tuple[list[Transformer], list[int]]:
-    """This rank's model parts (one, or one per pipeline stage it holds) and their stage ids. The layout
-    must have passed `layout.check_layout`."""
+                      seed: int, compile_blocks: bool = False) -> tuple[list[Transformer], list[int]]:
+    """This rank's model parts (one, or one per pipeline stage it holds) and their stage ids, each block
+    compiled when `compile_blocks`. The layout must have passed `layout.check_layout`."""
     quiet_known_warnings()
     with torch.device("meta"):
         if dims.pp > 1:
@@ -70,7 +77,7 @@ def build_model_parts(args: ModelArgs, max_seq_len: int, dims: ParallelDims, mes
             parts, ids = [Transformer(args, max_seq_len)], [0]
     policy = PrecisionPolicy(precision)
     for part in parts:
-        parallelize(part, dims, mesh, cfg, policy, precision)
+        parallelize(part, dims, mesh, cfg, policy, precision, compile_blocks)
         part.to_empty(device=device)
         if args.tie_embeddings and part.tok_embeddings is not None and part.output is not None \
                 and not uses_fsdp(dims):  # to_empty() made two Parameters of the shared one

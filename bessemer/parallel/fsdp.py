@@ -69,6 +69,18 @@ def reshard_after_head_backward(head: FSDPModule) -> None:
     head.register_forward_pre_hook(arm)  # after FSDP's own pre-forward: `weight` is the gathered parameter
 
 
+def set_final_microbatch(model_parts: list[nn.Module], is_last: bool) -> None:
+    """Call before each micro-batch of gradient accumulation. With replicas (HSDP, or dp_replicate alone) only
+    the last micro-batch all-reduces gradients across them; the earlier ones still reduce-scatter within the
+    shard group, and FSDP2 sums those partial results into the final all-reduce — one cross-replica all-reduce
+    per step instead of one per micro-batch, with sharded (not full) partial gradients held in between. Without
+    replicas there is no all-reduce and this changes nothing. Pipeline schedules set gradient sync on their
+    stages themselves (per pipeline micro-batch), which overrides this."""
+    for part in model_parts:
+        if isinstance(part, FSDPModule):
+            part.set_requires_all_reduce(is_last)
+
+
 def apply_fsdp(model: nn.Module, dp_mesh: DeviceMesh, policy: PrecisionPolicy, offload: bool = False,
                reshard_after_forward: bool = True) -> None:
     """Shard each block, the token embedding and the output head each as its own unit, then the root (final
@@ -78,9 +90,14 @@ def apply_fsdp(model: nn.Module, dp_mesh: DeviceMesh, policy: PrecisionPolicy, o
     after use, so peak memory is the sharded model plus about one unsharded unit. The embedding and the head
     (vocab x dim each, the largest matrices) are units of their own so they are never gathered together;
     tied, they are one matrix and form one unit. `dp_mesh` is 1-D (FSDP) or 2-D (replicate, shard) for HSDP.
-    Each unit casts its parameters as the precision policy says; a submodule whose dtype differs (fp32 norms
-    in a bf16 block) becomes its own unit first. `offload` keeps parameters, gradients and optimizer states in
-    host memory (CPUOffloadPolicy).
+    Each unit casts its parameters as the precision policy says; norms stay in their unit (RMSNorm computes in
+    fp32 itself), and only a submodule that an explicit `param`/`reduce` rule sets apart becomes its own unit
+    first. `offload` keeps parameters, gradients and optimizer states in host memory (CPUOffloadPolicy).
+
+    Prefetch is FSDP2's implicit one: each unit's all-gather runs on its own stream and is issued before the
+    previous unit's compute has finished, which overlaps one unit ahead in forward and in backward.
+    `reshard_after_forward` is True for the blocks (ZeRO-3: gathered again in backward) and False for the
+    head and the root, whose backward follows their forward at once.
     """
     offload_policy = CPUOffloadPolicy(pin_memory=dp_mesh.device_type == "cuda") if offload else OffloadPolicy()
 

@@ -1,6 +1,7 @@
 """Apply the precision configuration to a model part, in torchtitan's order around the parallelisms:
-tensor parallel -> FP8 conversion -> activation checkpointing -> FSDP (whose per-unit policies cast the
-parameters) or, without FSDP, per-module autocast settings."""
+FP8 conversion -> tensor parallel (with torchao's Float8 styles for the converted layers) -> activation
+checkpointing -> FSDP (whose per-unit policies cast the parameters) or, without FSDP, per-module autocast
+settings."""
 
 from torch import nn
 
@@ -10,11 +11,12 @@ from bessemer.precision.fp8 import convert_to_fp8
 from bessemer.precision.policy import PrecisionPolicy
 
 
-def prepare_model(model: nn.Module, policy: PrecisionPolicy, cfg: PrecisionConfig, tp: int) -> dict:
-    """FP8 conversion and activation checkpointing (after tensor parallelism, before FSDP). Returns what
-    was applied: {"fp8": {module: recipe}, "checkpointed": [blocks]}."""
-    # FP8 with tp > 1 is refused when the config is validated (JobConfig.validate).
-    fp8 = convert_to_fp8(model, policy, cfg.fp8) if tp == 1 else {}
+def prepare_model(model: nn.Module, policy: PrecisionPolicy, cfg: PrecisionConfig, tp: int = 1) -> dict:
+    """FP8 conversion and activation checkpointing of a model without tensor parallelism (with it, TP goes
+    between the two: parallel/apply.py). Returns what was applied: {"fp8": {module: recipe}, "checkpointed":
+    [blocks]}."""
+    assert tp == 1, f"tensor parallelism (tp={tp}) goes between FP8 conversion and checkpointing"
+    fp8 = convert_to_fp8(model, policy, cfg.fp8)
     return {"fp8": fp8, "checkpointed": apply_activation_checkpointing(model, cfg.activation_checkpoint)}
 
 

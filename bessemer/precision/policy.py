@@ -2,9 +2,11 @@
 in, and which FP8 recipe its Linear layers use — resolved per module name from `precision.rules`.
 
 Two mechanisms carry it out, chosen by how the parameters are held:
-- sharded by FSDP2: a `MixedPrecisionPolicy` per FSDP unit (each block, and its own unit for any submodule
-  whose parameter dtype differs, e.g. fp32 norms inside a bf16 block); a module computes in its parameter
-  dtype, and its output is cast back to the block's dtype;
+- sharded by FSDP2: a `MixedPrecisionPolicy` per FSDP unit (each block, the embedding, the head, the root); a
+  module computes in its unit's parameter dtype. Only an explicit `param` or `reduce` rule that differs from
+  the unit's makes a submodule its own unit (two more collectives per step each). Norms are not split off:
+  the default `*norm: compute=fp32` is honoured by RMSNorm itself, which normalises in fp32 whatever its
+  input (model/llama.py), while its weight stays in the unit's dtype, as torchtitan does;
 - otherwise (one process, TP or PP alone): fp32 parameters under `torch.autocast`, with a module whose
   compute dtype differs running under its own autocast setting.
 Parameters and optimizer states stay fp32 in both ("master weights").
@@ -52,9 +54,10 @@ class PrecisionPolicy:
 
     def fsdp_islands(self, unit: nn.Module, unit_name: str,
                      skip: str | None = None) -> list[tuple[nn.Module, MixedPrecisionPolicy]]:
-        """Submodules of an FSDP unit whose parameter or reduce dtype differs from the unit's: each becomes its
-        own FSDP unit, computing in its dtype and handing the unit's dtype on. `skip`: a child already
-        sharded as its own unit (the root skips `layers`)."""
+        """Submodules of an FSDP unit whose parameter or reduce dtype a rule sets apart from the unit's: each
+        becomes its own FSDP unit, computing in its dtype and handing the unit's dtype on. The `compute` key
+        never splits a unit (the default norm rule sets only that). `skip`: a child already sharded as its
+        own unit (the root skips `layers`)."""
         outer = self.of(unit_name)
         out = []
         for sub_name, sub in unit.named_modules():

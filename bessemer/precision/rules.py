@@ -4,6 +4,10 @@ A rule is `"PATTERN: key=value, ..."`: PATTERN is an fnmatch glob over module na
 gives them (`layers.3.attention.wq`, `tok_embeddings`, `norm`); keys are `param`, `compute`, `reduce`
 (fp32 | bf16 | fp16) and `fp8` (a recipe name or `none`). Rules apply in order and later ones override
 earlier ones key by key, so a user appends exceptions to the defaults.
+
+`param` and `reduce` differing from the enclosing FSDP unit's make the module its own FSDP unit (an all-gather
+and a reduce-scatter more per step), so the default norm rule sets only `compute=fp32`: fp32 normalisation,
+which RMSNorm does inside itself, with the norm's weight in its unit's dtype (precision/policy.py).
 """
 
 import fnmatch
@@ -38,7 +42,7 @@ class ModulePrecision:
 def parse_rule(text: str) -> Rule:
     where = f"precision.rules: {text!r}"
     if ":" not in text:
-        raise ConfigError(f"{where} must look like 'PATTERN: key=value, ...' (e.g. '*norm: param=fp32, compute=fp32')")
+        raise ConfigError(f"{where} must look like 'PATTERN: key=value, ...' (e.g. '*norm: compute=fp32')")
     pattern, body = (s.strip() for s in text.split(":", 1))
     if not pattern:
         raise ConfigError(f"{where} has an empty module pattern")
@@ -63,11 +67,6 @@ def parse_rule(text: str) -> Rule:
 
 def parse_rules(texts: list[str]) -> list[Rule]:
     return [parse_rule(t) for t in texts]
-
-
-def uses_fp8(enabled: bool, rules: list[Rule]) -> bool:
-    """Whether any module can end up in FP8: the run's default, or a rule that names a recipe."""
-    return enabled or any(k == "fp8" and v != "none" for r in rules for k, v in r.settings)
 
 
 def resolve(name: str, rules: list[Rule], base: ModulePrecision) -> ModulePrecision:

@@ -8,6 +8,10 @@ gradients (Micikevicius et al. 2018, "Mixed Precision Training"; Megatron-LM's D
   see the same non-finite value and no rank steps alone; after `hysteresis` overflows the scale
   backs off by `backoff_factor` (never below `min_scale`);
 - after `growth_interval` clean steps it grows by `growth_factor` (never above `max_scale`).
+
+The scale and its counters live on the training device and `update` takes the step's finite flag as a device
+tensor, so a step never waits for the host to learn whether it overflowed (train/step.py); reading `scale`'s
+value, the counters or `state_dict` does wait.
 """
 
 import torch
@@ -15,55 +19,81 @@ import torch
 from bessemer.config import LossScalerConfig
 from bessemer.parallel.reduce import local
 
+# Positions in the counter tensor.
+_GROWTH, _HYSTERESIS, _OVERFLOWS, _BACKOFFS = range(4)
+
 
 @torch.no_grad()
-def unscale_(params: list[torch.nn.Parameter], inv_scale: float) -> None:
+def unscale_(params: list[torch.nn.Parameter], inv_scale: float | torch.Tensor) -> None:
     grads = [local(p.grad) for p in params if p.grad is not None]
     if grads:
         torch._foreach_mul_(grads, inv_scale)
 
 
 class LossScaler:
-    """Stateful dynamic loss scale. `scale` multiplies the loss before backward; `update(finite)` after it."""
+    """Stateful dynamic loss scale. `scale` multiplies the loss before backward (a device tensor when enabled,
+    1.0 otherwise); `update(finite)` after it."""
 
-    def __init__(self, cfg: LossScalerConfig, enabled: bool):
+    def __init__(self, cfg: LossScalerConfig, enabled: bool, device: torch.device | str = "cpu"):
         self.cfg = cfg
         self.enabled = enabled
-        self.scale = float(cfg.init_scale) if enabled else 1.0
-        self.growth_tracker = 0  # clean steps since the last growth or overflow
-        self.hysteresis_left = cfg.hysteresis
-        self.overflows = 0  # total overflowing (skipped) steps
-        self.backoffs = 0
+        self._scale = torch.tensor(float(cfg.init_scale), dtype=torch.float32, device=device)
+        # growth tracker (clean steps since the last growth or overflow), hysteresis left, overflows, backoffs
+        self._counts = torch.tensor([0, cfg.hysteresis, 0, 0], dtype=torch.int64, device=device)
+
+    @property
+    def scale(self) -> torch.Tensor | float:
+        return self._scale if self.enabled else 1.0
+
+    @property
+    def growth_tracker(self) -> int:
+        return int(self._counts[_GROWTH])
+
+    @property
+    def hysteresis_left(self) -> int:
+        return int(self._counts[_HYSTERESIS])
+
+    @property
+    def overflows(self) -> int:
+        """Total overflowing (skipped) steps."""
+        return int(self._counts[_OVERFLOWS])
+
+    @property
+    def backoffs(self) -> int:
+        return int(self._counts[_BACKOFFS])
 
     @property
     def at_floor(self) -> bool:
-        return self.enabled and self.scale <= self.cfg.min_scale
+        return self.enabled and float(self._scale) <= self.cfg.min_scale
 
-    def update(self, finite: bool) -> None:
+    def snapshot(self) -> torch.Tensor:
+        """(scale, overflows) as a float64 device tensor, for the step's metrics: no host read."""
+        return torch.stack([self._scale.double(), self._counts[_OVERFLOWS].double()])
+
+    @torch.no_grad()
+    def update(self, finite: bool | torch.Tensor) -> None:
+        """The same rules as a host-side if/else, written as selects on device tensors."""
         if not self.enabled:
             return
-        cfg = self.cfg
-        if not finite:
-            self.overflows += 1
-            self.growth_tracker = 0
-            self.hysteresis_left -= 1
-            if self.hysteresis_left <= 0:
-                self.scale = max(self.scale * cfg.backoff_factor, cfg.min_scale)
-                self.backoffs += 1
-            return
-        self.growth_tracker += 1
-        if self.growth_tracker >= cfg.growth_interval:
-            self.growth_tracker = 0
-            self.hysteresis_left = cfg.hysteresis
-            self.scale = min(self.scale * cfg.growth_factor, cfg.max_scale)
+        cfg, counts = self.cfg, self._counts
+        finite = torch.as_tensor(finite, device=counts.device)
+        overflow = ~finite
+        growth, hysteresis = counts[_GROWTH], counts[_HYSTERESIS] - overflow.long()
+        backoff = overflow & (hysteresis <= 0)
+        growth = torch.where(finite, growth + 1, 0)
+        grow = finite & (growth >= cfg.growth_interval)
+        scale = torch.where(backoff, (self._scale * cfg.backoff_factor).clamp(min=cfg.min_scale), self._scale)
+        scale = torch.where(grow, (scale * cfg.growth_factor).clamp(max=cfg.max_scale), scale)
+        self._scale.copy_(scale)
+        counts.copy_(torch.stack([torch.where(grow, 0, growth), torch.where(grow, cfg.hysteresis, hysteresis),
+                                  counts[_OVERFLOWS] + overflow.long(), counts[_BACKOFFS] + backoff.long()]))
 
     def state_dict(self) -> dict:
-        return {"scale": self.scale, "growth_tracker": self.growth_tracker, "hysteresis_left": self.hysteresis_left,
-                "overflows": self.overflows, "backoffs": self.backoffs}
+        growth, hysteresis, overflows, backoffs = self._counts.tolist()
+        return {"scale": float(self._scale) if self.enabled else 1.0, "growth_tracker": growth,
+                "hysteresis_left": hysteresis, "overflows": overflows, "backoffs": backoffs}
 
     def load_state_dict(self, state: dict) -> None:
-        self.scale = float(state["scale"])
-        self.growth_tracker = int(state["growth_tracker"])
-        self.hysteresis_left = int(state["hysteresis_left"])
-        self.overflows = int(state["overflows"])
-        self.backoffs = int(state["backoffs"])
+        self._scale.fill_(float(state["scale"]))
+        self._counts.copy_(torch.tensor([int(state[k]) for k in ("growth_tracker", "hysteresis_left", "overflows",
+                                                                  "backoffs")], dtype=torch.int64))

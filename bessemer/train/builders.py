@@ -16,6 +16,7 @@ from bessemer.config import CheckpointConfig, JobConfig, to_toml
 from bessemer.model.llama import build_model
 from bessemer.model.registry import ModelArgs
 from bessemer.parallel.apply import build_model_parts
+from bessemer.parallel.compile import apply_compile, compile_enabled, compile_loss
 from bessemer.parallel.dims import Launch, ParallelDims, build_mesh, init_distributed
 from bessemer.parallel.pipeline import build_schedule
 from bessemer.precision.apply import prepare_model
@@ -25,8 +26,12 @@ Event = Callable[..., None]  # event(name, step, **fields)
 
 
 def build_device(launch: Launch) -> torch.device:
+    """This rank's GPU, or the CPU. On a GPU, fp32 matrix products (what autocast leaves in fp32, and fp32
+    runs) use TF32 tensor cores: about 8x the fp32 rate for a 10-bit mantissa in the products, accumulation
+    still in fp32 — the setting torchtitan and Megatron train with."""
     if torch.cuda.is_available():
         torch.cuda.set_device(launch.local_rank)
+        torch.set_float32_matmul_precision("high")  # TF32 for fp32 matmuls
         return torch.device("cuda", launch.local_rank)
     return torch.device("cpu")
 
@@ -47,6 +52,7 @@ class ModelBuild:
     tp_rank: int = 0
     has_first: bool = True  # pipeline: whether this rank feeds tokens
     has_last: bool = True  # ... and whether it computes the loss
+    loss: Callable = loss_fn  # loss_fn, compiled under train.compile
 
     @property
     def dp_rank(self) -> int:
@@ -55,14 +61,19 @@ class ModelBuild:
 
 def build_model_parts_for(cfg: JobConfig, model_args: ModelArgs, dims: ParallelDims, launch: Launch,
                           device: torch.device, policy: PrecisionPolicy, pp_microbatches: int,
-                          pipeline_loss: Callable) -> ModelBuild:
+                          pipeline_loss: "PipelineLoss") -> ModelBuild:
     """Join the process group (when distributed), build the mesh and this rank's parts (and their pipeline
-    schedule, whose loss is `pipeline_loss`); in one process, the whole model."""
+    schedule, whose loss is `pipeline_loss`); in one process, the whole model. Under train.compile each block
+    and the loss are compiled (parallel/compile.py)."""
+    compiling = compile_enabled(cfg.train.compile, device.type, dims.tp)
+    loss = compile_loss(loss_fn) if compiling else loss_fn
     if not launch.distributed:
         model = build_model(model_args, cfg.train.seq_len, device, seed=cfg.run.seed)
         prepare_model(model, policy, cfg.precision, tp=1)
+        if compiling:
+            apply_compile(model)
         policy.apply_autocast_islands(model)
-        return ModelBuild([model])
+        return ModelBuild([model], loss=loss)
     from bessemer.checkpoint.store import clear_tier_leftovers
 
     # Before the process group exists: each node clears what a killed attempt left in its own directories, so
@@ -71,27 +82,36 @@ def build_model_parts_for(cfg: JobConfig, model_args: ModelArgs, dims: ParallelD
     init_distributed(launch, device.type, cfg.parallel.timeout_s)
     mesh, dp_mesh = build_mesh(dims, device.type)
     parts, stage_ids = build_model_parts(model_args, cfg.train.seq_len, dims, mesh, cfg.parallel, cfg.precision,
-                                         device, cfg.run.seed)
-    build = ModelBuild(parts, mesh, dp_mesh, tp_rank=mesh["tp"].get_local_rank())
+                                         device, cfg.run.seed, compile_blocks=compiling)
+    build = ModelBuild(parts, mesh, dp_mesh, tp_rank=mesh["tp"].get_local_rank(), loss=loss)
     if dims.pp > 1:
         num_stages = dims.pp * cfg.parallel.stages_per_rank
         build.pp_schedule, build.pp_stages = build_schedule(
-            parts, stage_ids, num_stages, cfg.parallel.pp_schedule, pp_microbatches, pipeline_loss, device,
-            mesh["pp"].get_group())
+            parts, stage_ids, num_stages, cfg.parallel.pp_schedule, pp_microbatches,
+            dataclasses.replace(pipeline_loss, loss=loss), device, mesh["pp"].get_group())
         build.has_first = any(s.is_first for s in build.pp_stages)
         build.has_last = any(s.is_last for s in build.pp_stages)
     return build
 
 
-def pipeline_loss(scale: Callable[[], float], accum_steps: int, pp_microbatches: int) -> Callable:
+@dataclass(frozen=True)
+class PipelineLoss:
     """The loss a pipeline schedule calls per micro-batch: scaled so the gradients summed over all micro-batches
     of the step are those of the global batch's mean loss (times the loss scale `scale()`). The schedule's own
-    scale_grads is off: it would rescale gradients already accumulated by the previous train.micro_batch."""
+    scale_grads is off: it would rescale gradients already accumulated by the previous train.micro_batch.
+    `loss` is loss_fn, or its compiled form (the scaling stays outside the graph: the loss scale changes)."""
 
-    def loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return loss_fn(logits, targets) * (scale() / (accum_steps * pp_microbatches))
+    scale: Callable[[], float]
+    accum_steps: int
+    pp_microbatches: int
+    loss: Callable = loss_fn
 
-    return loss
+    def __call__(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.loss(logits, targets) * (self.scale() / (self.accum_steps * self.pp_microbatches))
+
+
+def pipeline_loss(scale: Callable[[], float], accum_steps: int, pp_microbatches: int) -> PipelineLoss:
+    return PipelineLoss(scale, accum_steps, pp_microbatches)
 
 
 def resolved_config(cfg: JobConfig, model_args: ModelArgs, dims: ParallelDims) -> str:

@@ -52,9 +52,11 @@ class CheckpointCadence:
         return found
 
     def account(self, step_time_s: float) -> None:
-        """After each step: its time into the moving average; the cold tier's news into metrics.jsonl."""
+        """After each step: its time into the moving average; the cold tier's news and the checkpoints committed
+        in the background into metrics.jsonl."""
         self.step_s = step_time_s if self.step_s is None else 0.9 * self.step_s + 0.1 * step_time_s
         self.flush_cold_events()
+        self.checkpointer.report(self.state.step)
 
     def save_if_due(self) -> None:
         """Save to the tier that is due after this step (the last step's save is the end-of-run one)."""

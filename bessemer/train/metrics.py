@@ -5,7 +5,9 @@ holds `event` (checkpoint_saved, checkpoint_loaded, alert, ...) and the step it 
 """
 
 import json
+import queue
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -67,13 +69,19 @@ def memory_in_use_bytes(device: torch.device) -> int:
 
 
 class MetricsLogger:
-    """Appends JSON lines and TensorBoard scalars; only the rank that logs (rank 0) opens files."""
+    """Appends JSON lines and TensorBoard scalars; only the rank that logs (rank 0) opens files. A writer thread
+    does the writing, in the order the records came: encoding JSON and TensorBoard events never holds up the
+    training thread, so the other ranks do not wait for rank 0 at the next collective. `close` writes what is
+    queued; a write that failed raises in the training thread at the next call."""
 
     def __init__(self, cfg: MetricsConfig, run_dir: Path, resume: bool, enabled: bool = True):
         self.cfg, self.enabled = cfg, enabled
         self.path = run_dir / "metrics.jsonl"
         self._file = None
         self._tb = None
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        self._error: BaseException | None = None
         if not enabled:
             return
         # A fresh run starts a new file; a resumed one appends after the records of the steps it keeps.
@@ -85,10 +93,35 @@ class MetricsLogger:
                 raise ImportError("TensorBoard logging needs the tensorboard package: pip install tensorboard "
                                   "(or set metrics.tensorboard=false)") from None
             self._tb = SummaryWriter(log_dir=str(run_dir / "tb"))
+        self._writer = threading.Thread(target=self._drain, name="metrics-writer", daemon=True)
+        self._writer.start()
 
     def log(self, record: dict) -> None:
-        if not self.enabled:
-            return
+        self._put(self._write_step, record)
+
+    def telemetry(self, step: int, sample: dict) -> None:
+        """A hardware telemetry sample: a `telemetry` event, and its numbers as TensorBoard scalars."""
+        self._put(self._write_telemetry, step, sample)
+
+    def event(self, event: str, step: int, **fields) -> None:
+        self._put(self._write, {"event": event, "step": step, "time": round(time.time(), 3), **fields})
+
+    def _put(self, write, *args) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        if self.enabled and self._writer is not None:
+            self._queue.put((write, args))
+
+    def _drain(self) -> None:
+        while (item := self._queue.get()) is not None:
+            write, args = item
+            try:
+                write(*args)
+            except Exception as e:  # handed to the training thread
+                self._error = e
+
+    def _write_step(self, record: dict) -> None:
         self._write(record)
         if self._tb is not None:
             for key, value in record.items():
@@ -99,10 +132,7 @@ class MetricsLogger:
                         if isinstance(v, (int, float)):
                             self._tb.add_scalar(f"train/{key}/{name}", v, record["step"])
 
-    def telemetry(self, step: int, sample: dict) -> None:
-        """A hardware telemetry sample: a `telemetry` event, and its numbers as TensorBoard scalars."""
-        if not self.enabled:
-            return
+    def _write_telemetry(self, step: int, sample: dict) -> None:
         self._write({"event": "telemetry", "step": step, **sample})
         if self._tb is not None:
             from bessemer.doctor.telemetry import flat_scalars
@@ -110,21 +140,25 @@ class MetricsLogger:
             for key, value in flat_scalars(sample).items():
                 self._tb.add_scalar(f"telemetry/{key}", value, step)
 
-    def event(self, event: str, step: int, **fields) -> None:
-        if self.enabled:
-            self._write({"event": event, "step": step, "time": round(time.time(), 3), **fields})
-
     def _write(self, record: dict) -> None:
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
 
     def close(self) -> None:
+        """Write what is queued, then close the files."""
+        if self._writer is not None:
+            self._queue.put(None)
+            self._writer.join()
+            self._writer = None
         if self._file is not None:
             self._file.close()
             self._file = None
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
 
 
 class Console:

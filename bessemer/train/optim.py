@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict, set_optimizer_state_dict
+from torch.distributed.tensor import DTensor
 
 from bessemer.config import TrainConfig
 from bessemer.errors import BessemerError
@@ -28,9 +29,21 @@ def adamw_defaults(cfg: TrainConfig) -> dict:
     return {"lr": cfg.lr, "betas": (cfg.beta1, cfg.beta2), "eps": cfg.eps}
 
 
+def device_adamw(params: list[nn.Parameter], cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW over `params`; fused (one kernel for the moments and updates of all parameters, instead of a
+    few launches per parameter), as torchtitan trains, when its kernels can take them: floating point on CUDA or
+    CPU, plain tensors or DTensors of one mesh. Fused AdamW also skips a step on the device when handed a
+    `found_inf` flag (train/step.py), so a non-finite gradient never makes the host wait. Elsewhere torch's
+    default implementation."""
+    meshes = {p.device_mesh if isinstance(p, DTensor) else None for p in params}
+    fused = bool(params) and len(meshes) == 1 and all(p.is_floating_point() and p.device.type in ("cuda", "cpu")
+                                                      for p in params)
+    return torch.optim.AdamW([g for g in adamw_groups(params, cfg) if g["params"]], **adamw_defaults(cfg),
+                             fused=fused or None)
+
+
 def build_adamw(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    params = [p for p in model.parameters() if p.requires_grad]
-    return torch.optim.AdamW(adamw_groups(params, cfg), **adamw_defaults(cfg))
+    return device_adamw([p for p in model.parameters() if p.requires_grad], cfg)
 
 
 class Optimizers:
@@ -45,11 +58,11 @@ class Optimizers:
             named = [(n, p) for n, p in part.named_parameters() if p.requires_grad]
             host = split_offloaded(named, offload_fraction) if offload_fraction > 0 else set()
             on_device = [p for n, p in named if n not in host]
-            self.device_optimizers.append(torch.optim.AdamW([g for g in adamw_groups(on_device, cfg) if g["params"]],
-                                                            **adamw_defaults(cfg)) if on_device else None)
+            self.device_optimizers.append(device_adamw(on_device, cfg) if on_device else None)
             offloaded = [(n, p) for n, p in named if n in host]
+            # Host copies are plain CPU tensors: fused, as a CPU run's device optimizer is (the same numerics).
             self.host_optimizers.append(HostAdamW(offloaded, adamw_groups([p for _, p in offloaded], cfg),
-                                                  **adamw_defaults(cfg)) if offloaded else None)
+                                                  **adamw_defaults(cfg), fused=True) if offloaded else None)
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:

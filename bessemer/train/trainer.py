@@ -1,11 +1,14 @@
 """The training loop. `Trainer.__init__` calls the builders (train/builders.py) in order; a step is
 `TrainStep` (train/step.py); what the run reports is `Reporter` (train/reporting.py); when it saves and what
-it restores is `CheckpointCadence` (train/cadence.py). `train` loops and stops cleanly on Ctrl-C/SIGTERM."""
+it restores is `CheckpointCadence` (train/cadence.py). `train` loops and stops cleanly on Ctrl-C/SIGTERM.
+
+The loop reads the device only when it flushes (every metrics.log_interval steps, and where a checkpoint or
+the end is due); Python's garbage collector runs only every train.gc_interval steps, on every rank alike."""
 
 import contextlib
+import gc
 import signal
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -63,7 +66,7 @@ class Trainer:
         self.reporter = Reporter(launch, self.device, self.state)
         self._cold_events: list[tuple] = []
         cold = build_cold(cfg.checkpoint, self.run_dir, self.is_main, self._cold_events)  # before any collective
-        self.scaler = LossScaler(cfg.precision.scaler, enabled=cfg.precision.dtype == "fp16")
+        self.scaler = LossScaler(cfg.precision.scaler, enabled=cfg.precision.dtype == "fp16", device=self.device)
         self.build = build_model_parts_for(cfg, self.model_args, dims, launch, self.device, self.policy,
                                            pp_microbatches, pipeline_loss(lambda: self.scaler.scale, accum_steps,
                                                                           pp_microbatches))
@@ -121,7 +124,21 @@ class Trainer:
         return self.reporter.console
 
     def train_step(self) -> dict:
-        return self.step()
+        """One step, its record settled and written at once (for tests and benches that step by hand)."""
+        start = self.reporter.start_step()
+        result = self.step()
+        self.reporter.end_step(result, start, None)
+        return self._flush()[0][-1]
+
+    def _flush(self) -> tuple[list[dict], int | None]:
+        return self.reporter.flush(self.step.settle, self.tokens_per_step, self.flops_per_token, self.peak_flops)
+
+    def _flush_due(self, step: int) -> bool:
+        """Every rank decides alike: the log interval, the last step, a checkpoint due (its records are on
+        disk before it), an injected kill."""
+        fault = self.cfg.fault
+        return (step % self.cfg.metrics.log_interval == 0 or step == self.cfg.train.steps
+                or self.checkpointer.due(step) is not None or (fault.kill_rank >= 0 and step == fault.kill_at_step))
 
     def save(self, tier: str) -> None:
         self.cadence.save(tier)
@@ -155,22 +172,26 @@ class Trainer:
     def train(self) -> None:
         cfg, reporter, cadence = self.cfg, self.reporter, self.cadence
         reporter.console.print(self.summary())
-        with self._stop_on_signals():
+        with self._stop_on_signals(), collector_paused():
             try:
                 reporter.monitor.start()
                 while self.state.step < cfg.train.steps:
-                    t0 = time.perf_counter()
-                    out = self.step()
+                    start = reporter.start_step()
+                    result = self.step()
                     self.fault.slow_step()
-                    ranks, stop = reporter.exchange(time.perf_counter() - t0, self.step.sections, self._stop_signal)
-                    record = reporter.log_step(out, ranks, self.tokens_per_step, self.flops_per_token,
-                                               self.peak_flops, self.loader.epoch)
-                    cadence.account(record["step_time_s"])
-                    if stop is not None:
-                        cadence.stop()
-                        raise TrainingInterrupted(stop, self.state.step)
+                    reporter.end_step(result, start, self._stop_signal)
+                    step = self.state.step
+                    if step % cfg.train.gc_interval == 0:
+                        gc.collect(1)  # the young generations: a full pass costs more and finds little more
+                    if self._flush_due(step):
+                        records, stop = self._flush()
+                        for record in records:
+                            cadence.account(record["step_time_s"])
+                        if stop is not None:
+                            cadence.stop()
+                            raise TrainingInterrupted(stop, step)
                     cadence.save_if_due()
-                    self.fault.after_step(self.state.step)
+                    self.fault.after_step(step)
                 cadence.finish()
             finally:
                 cadence.flush_cold_events()
@@ -191,7 +212,8 @@ class Trainer:
 
     @contextlib.contextmanager
     def _stop_on_signals(self):
-        """Ctrl-C (SIGINT) or SIGTERM: finish the current step, save, stop. A second Ctrl-C aborts at once."""
+        """Ctrl-C (SIGINT) or SIGTERM: every rank stops at the next flush (at most metrics.log_interval steps
+        later: keep that within the scheduler's grace period), saves and exits. A second Ctrl-C aborts at once."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
@@ -200,8 +222,8 @@ class Trainer:
             if self._stop_signal is not None:
                 raise KeyboardInterrupt
             self._stop_signal = signum
-            self.reporter.console.print(f"{signal.Signals(signum).name}: finishing step {self.state.step + 1}, "
-                                        f"then saving")
+            self.reporter.console.print(f"{signal.Signals(signum).name}: stopping at the next log step (at most "
+                                        f"{self.cfg.metrics.log_interval} steps), then saving")
 
         previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
@@ -209,3 +231,17 @@ class Trainer:
         finally:
             for s, h in previous.items():
                 signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """Python's garbage collector off while training (the loop collects at fixed steps, on every rank alike):
+    left on, it pauses each rank at a moment of its own, and the others wait for it at the next collective."""
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

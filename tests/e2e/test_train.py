@@ -202,8 +202,8 @@ def test_resume_with_another_model_is_a_clear_error(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--precision.dtype=bf16", "--precision.fp8.enabled=true", "--precision.fp8.emulate=true",
       '--precision.rules=["tok_embeddings: fp8=tensorwise"]'], "all-zero lookups"),
-    (["--nproc=2", "--parallel.tp=2", "--precision.dtype=bf16", "--precision.fp8.enabled=true",
-      "--precision.fp8.emulate=true"], "precision.fp8 with parallel.tp > 1"),
+    (["--precision.dtype=bf16", "--precision.fp8.enabled=true", "--precision.fp8.divisible_by=0"],
+     "precision.fp8.divisible_by must be >= 1"),
 ])
 def test_refused_precision_settings_are_one_line_errors(args, message, tmp_path):
     proc = bessemer("train", "configs/debug.toml", "--train.steps=2", f"--run.dir={tmp_path}", *args, check=False)

@@ -140,3 +140,56 @@ def test_a_pipeline_stage_with_tied_embeddings_starts_its_head_as_the_embedding(
     assert last.tok_embeddings is None
     assert torch.equal(last.output.weight, whole.tok_embeddings.weight)
     assert torch.equal(last.layers["3"].feed_forward.w2.weight, whole.layers["3"].feed_forward.w2.weight)
+
+
+def test_rope_equals_the_rotation_of_each_pair_to_the_bit():
+    from bessemer.model.llama import rope_frequencies
+
+    T = 16
+    cos, sin = rope_cos_sin(DEBUG, T)
+    x = torch.randn(2, T, 3, DEBUG.head_dim, dtype=torch.bfloat16)
+    angles = torch.outer(torch.arange(T, dtype=torch.float32), rope_frequencies(DEBUG))[:, None, :]  # (T, 1, hd/2)
+    c, s = angles.cos(), angles.sin()
+    x0, x1 = x.float()[..., 0::2], x.float()[..., 1::2]  # pair i = (x[2i], x[2i+1]), as hf.py's permute assumes
+    expected = torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), dim=-1).flatten(-2).to(torch.bfloat16)
+    out = apply_rope(x, cos, sin)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, expected)
+
+
+def test_rmsnorm_upcasts_once_and_keeps_the_values():
+    from bessemer.model.llama import RMSNorm
+
+    norm = RMSNorm(DEBUG.dim, 1e-5)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(DEBUG.dim) + 0.5)
+    x = torch.randn(2, 5, DEBUG.dim, dtype=torch.bfloat16)
+    ref = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5)).type_as(x) * norm.weight
+    assert torch.equal(norm(x), ref)
+
+
+def test_attention_shares_kv_heads_without_copying_and_matches_repeated_heads(monkeypatch):
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model = build_model(DEBUG, max_seq_len=16, seed=0)
+    attn, T = model.layers["0"].attention, 12
+    x = torch.randn(2, T, DEBUG.dim)
+    calls = []
+    real_sdpa = F.scaled_dot_product_attention
+
+    def spy(q, k, v, **kw):
+        calls.append((q.shape[1], k.shape[1], kw.get("enable_gqa")))
+        return real_sdpa(q, k, v, **kw)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    out = attn(x, model.rope_cos, model.rope_sin)
+    monkeypatch.undo()
+    assert calls == [(DEBUG.n_heads, DEBUG.n_kv_heads, True)]  # K and V reach the kernel with their own heads
+    # The reference: K and V copied per query head (what the kernel computes without the copies).
+    q = apply_rope(attn.wq(x).view(2, T, -1, DEBUG.head_dim), model.rope_cos, model.rope_sin)
+    k = apply_rope(attn.wk(x).view(2, T, -1, DEBUG.head_dim), model.rope_cos, model.rope_sin)
+    v = attn.wv(x).view(2, T, -1, DEBUG.head_dim)
+    rep = DEBUG.n_heads // DEBUG.n_kv_heads
+    k, v = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
+    y = real_sdpa(*(t.transpose(1, 2) for t in (q, k, v)), is_causal=True).transpose(1, 2).reshape(2, T, -1)
+    torch.testing.assert_close(out, attn.wo(y), rtol=1e-5, atol=1e-6)

@@ -6,7 +6,7 @@ from bessemer.config import PrecisionConfig, load_config
 from bessemer.errors import ConfigError
 from bessemer.model.llama import TokenEmbedding, build_model
 from bessemer.model.registry import get_model_args
-from bessemer.precision.fp8 import convert_to_fp8, float8_config
+from bessemer.precision.fp8 import check_fp8_hardware, convert_to_fp8, float8_config, fp8_targets
 from bessemer.precision.policy import PrecisionPolicy
 
 
@@ -68,3 +68,43 @@ def test_fp8_without_emulation_needs_a_gpu():
     c = cfg("--precision.fp8.emulate=false")
     with pytest.raises(ConfigError, match="emulate = true"):
         convert_to_fp8(model, PrecisionPolicy(c), c.fp8)
+
+
+def test_fp8_on_a_gpu_without_fp8_tensor_cores_is_refused_with_what_was_found(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A100-SXM4-80GB")
+    model = build_model(get_model_args("debug"), 32, "meta")
+    c = cfg("--precision.fp8.emulate=false")
+    with pytest.raises(ConfigError, match=r"compute capability >= 8\.9.*A100-SXM4-80GB has 8\.0"):
+        convert_to_fp8(model, PrecisionPolicy(c), c.fp8)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    check_fp8_hardware(emulate=False)  # an H100/H200 passes
+    check_fp8_hardware(emulate=True)
+
+
+@pytest.mark.parametrize("divisible_by, tp, left_out", [
+    (16, 1, []),
+    (128, 1, ["wk", "wv"]),  # their outputs are 2 kv heads x 32 = 64 features
+    (32, 4, ["wk", "wv"]),  # per shard of 4: 64 / 4 = 16
+    (1, 1, []),
+])
+def test_layers_whose_gemm_dims_do_not_fit_stay_high_precision(divisible_by, tp, left_out):
+    model = build_model(get_model_args("debug"), 32, "meta")
+    c = cfg(f"--precision.fp8.divisible_by={divisible_by}")
+    targets = fp8_targets(model, PrecisionPolicy(c), c.fp8, tp)
+    block = {n.rsplit(".", 1)[-1] for n in targets if n.startswith("layers.0.")}
+    assert block == {"wq", "wk", "wv", "wo", "w1", "w2", "w3"} - set(left_out)
+    assert len(targets) == 4 * len(block)
+
+
+def test_divisible_by_must_be_positive():
+    with pytest.raises(ConfigError, match="precision.fp8.divisible_by must be >= 1"):
+        cfg("--precision.fp8.divisible_by=0")
+
+
+def test_fsdp_fp8_all_gather_is_for_tensorwise_recipes_only():
+    assert float8_config("tensorwise", True, fsdp_all_gather=True).enable_fsdp_float8_all_gather
+    assert float8_config("tensorwise_e4m3", True, fsdp_all_gather=True).enable_fsdp_float8_all_gather
+    assert not float8_config("rowwise", True, fsdp_all_gather=True).enable_fsdp_float8_all_gather
+    assert not float8_config("tensorwise", True).enable_fsdp_float8_all_gather

@@ -40,9 +40,18 @@ def test_norms_compute_in_fp32_under_bf16_autocast():
     assert seen["wq"][1] == torch.bfloat16
 
 
-def test_fsdp_units_get_islands_for_fp32_norms():
+def test_default_norm_rule_makes_no_fsdp_islands():
+    """The default asks only fp32 compute of norms (RMSNorm does it): no extra FSDP units."""
     model = build_model(get_model_args("debug"), 32, "meta")
     policy = PrecisionPolicy(PrecisionConfig(dtype="bf16"))
+    assert policy.of("layers.0.attention_norm").compute == "fp32"
+    assert policy.fsdp_islands(model.layers["0"], "layers.0") == []
+    assert policy.fsdp_islands(model, "", skip="layers") == []
+
+
+def test_an_explicit_param_rule_makes_fsdp_islands():
+    model = build_model(get_model_args("debug"), 32, "meta")
+    policy = PrecisionPolicy(PrecisionConfig(dtype="bf16", rules=["*norm: param=fp32, compute=fp32"]))
     block = policy.fsdp_islands(model.layers["0"], "layers.0")
     assert [m for m, _ in block] == [model.layers["0"].attention_norm, model.layers["0"].ffn_norm]
     mp = block[0][1]
@@ -50,7 +59,8 @@ def test_fsdp_units_get_islands_for_fp32_norms():
     root = policy.fsdp_islands(model, "", skip="layers")
     assert [m for m, _ in root] == [model.norm]
     assert policy.mp_policy("layers.0").param_dtype == torch.bfloat16
-    assert PrecisionPolicy(PrecisionConfig(dtype="fp32")).fsdp_islands(model.layers["0"], "layers.0") == []
+    fp32 = PrecisionPolicy(PrecisionConfig(dtype="fp32", rules=["*norm: param=fp32, compute=fp32"]))
+    assert fp32.fsdp_islands(model.layers["0"], "layers.0") == []
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])

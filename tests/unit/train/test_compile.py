@@ -1,0 +1,126 @@
+"""train.compile: each block and the loss compiled in place (parallel/compile.py), with the eager model's
+names and, over 20 training steps, its losses; the CUDA fast paths (TF32, fused AdamW) where a GPU is."""
+
+import shutil
+
+import pytest
+import torch
+
+from bessemer.config import JobConfig, load_config
+from bessemer.errors import ConfigError
+from bessemer.model.llama import build_model
+from bessemer.model.registry import MODEL_SIZES
+from bessemer.parallel.compile import apply_compile, compile_enabled
+from bessemer.parallel.dims import Launch, ParallelDims
+from bessemer.precision.checkpointing import apply_activation_checkpointing
+from bessemer.precision.policy import PrecisionPolicy, compute_context
+from bessemer.train.builders import (
+    build_device,
+    build_model_parts_for,
+    loss_fn,
+    pipeline_loss,
+)
+from bessemer.train.optim import Optimizers, device_adamw
+
+DEBUG = MODEL_SIZES["debug"]
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.parametrize("setting, device, expected", [
+    ("auto", "cuda", True), ("auto", "cpu", False), (True, "cpu", True), (False, "cuda", False)])
+def test_auto_compiles_on_cuda_only(setting, device, expected):
+    assert compile_enabled(setting, device) is expected
+
+
+def test_tensor_parallel_stays_eager_and_refuses_an_explicit_true():
+    assert compile_enabled("auto", "cuda", tp=2) is False
+    assert compile_enabled(True, "cpu", tp=1) is True
+    with pytest.raises(ConfigError, match="train.compile=true .* parallel.tp > 1"):
+        compile_enabled(True, "cuda", tp=2)
+
+
+def test_config_takes_auto_true_or_false_and_names_the_key_otherwise():
+    assert JobConfig().train.compile == "auto"
+    assert load_config(None, ["--train.compile=true"]).train.compile is True
+    assert load_config(None, ["--train.compile=false"]).train.compile is False
+    assert load_config(None, ["--train.compile=auto"]).train.compile == "auto"
+    with pytest.raises(ConfigError, match="train.compile"):
+        load_config(None, ["--train.compile=fast"])
+
+
+def test_blocks_compile_in_place_after_checkpointing_with_unchanged_names():
+    eager = build_model(DEBUG, 16, seed=0)
+    model = build_model(DEBUG, 16, seed=0)
+    from bessemer.config import ActivationCheckpointConfig
+
+    assert apply_activation_checkpointing(model, ActivationCheckpointConfig(mode="full"))
+    assert apply_compile(model) == [f"layers.{i}" for i in range(DEBUG.n_layers)]
+    assert all(block._compiled_call_impl is not None for block in model.layers.values())
+    assert model._compiled_call_impl is None  # the blocks only: FSDP's hooks stay outside the graphs
+    assert list(model.state_dict()) == list(eager.state_dict())  # checkpoints and HF export see the same keys
+
+
+def _build(compile_setting, precision: str = "fp32"):
+    cfg = load_config(None, [f"--train.compile={str(compile_setting).lower()}", f"--precision.dtype={precision}",
+                             "--train.seq_len=32"])
+    dims = ParallelDims.from_config(cfg.parallel, 1)
+    policy = PrecisionPolicy(cfg.precision)
+    build = build_model_parts_for(cfg, DEBUG, dims, Launch(), torch.device("cpu"), policy, 1,
+                                  pipeline_loss(lambda: 1.0, 1, 1))
+    return cfg, build, policy
+
+
+def test_builders_compile_each_block_and_the_loss_only_when_asked():
+    _, eager, _ = _build(False)
+    assert eager.loss is loss_fn and all(b._compiled_call_impl is None for b in eager.parts[0].layers.values())
+    _, compiled, _ = _build(True)
+    assert compiled.loss is not loss_fn
+    assert all(b._compiled_call_impl is not None for b in compiled.parts[0].layers.values())
+
+
+def test_pipeline_loss_scales_the_chosen_loss():
+    logits, targets = torch.randn(2, 3, 7), torch.randint(0, 7, (2, 3))
+    scaled = pipeline_loss(lambda: 8.0, 2, 2)
+    torch.testing.assert_close(scaled(logits, targets), loss_fn(logits, targets) * 2.0)
+    doubled = type(scaled)(scaled.scale, 2, 2, loss=lambda lg, tg: 2 * loss_fn(lg, tg))
+    torch.testing.assert_close(doubled(logits, targets), loss_fn(logits, targets) * 4.0)
+
+
+def _losses(compile_setting, steps: int) -> list[float]:
+    torch.manual_seed(0)
+    cfg, build, policy = _build(compile_setting)
+    model, opts = build.parts[0], Optimizers(build.parts, cfg.train)
+    data = torch.randint(0, DEBUG.vocab_size, (steps, 4, cfg.train.seq_len + 1),
+                         generator=torch.Generator().manual_seed(1))
+    losses = []
+    for batch in data:
+        opts.zero_grad()
+        with compute_context(policy, torch.device("cpu"), autocast=True):
+            loss = build.loss(model(batch[:, :-1]), batch[:, 1:])
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(opts.params, 1.0)
+        opts.step()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("cc") is None,
+                    reason="inductor compiles CPU kernels with a C++ compiler; none is installed")
+def test_compiled_training_matches_eager_for_20_steps():
+    eager, compiled = _losses(False, 20), _losses(True, 20)
+    assert eager[-1] < eager[0]  # it trains
+    for step, (a, b) in enumerate(zip(eager, compiled)):
+        assert abs(a - b) <= 1e-4 * abs(a), (step, a, b)
+
+
+@CUDA
+def test_adamw_is_fused_on_cuda():
+    opt = device_adamw([torch.nn.Parameter(torch.ones(2, 2, device="cuda"))], JobConfig().train)
+    assert opt.defaults["fused"] is True
+
+
+@CUDA
+def test_fp32_matmuls_use_tf32_on_cuda():
+    build_device(Launch())
+    assert torch.get_float32_matmul_precision() == "high" and torch.backends.cuda.matmul.allow_tf32
