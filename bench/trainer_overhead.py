@@ -5,7 +5,8 @@ gradient accumulation, AdamW (fused, as the trainer builds it), clipping and the
 reads the batches from the memory-mapped shards, skips non-finite steps, keeps each step's numbers on the
 device and pulls them every metrics.log_interval = 10 steps (debug.toml's), writing a metrics.jsonl and
 TensorBoard record for every step from its writer thread; the anchor has the batches in memory and logs
-nothing. Rounds alternate ours/anchor to share any drift of the machine.
+nothing. Each round times both, ours first in even rounds and the anchor first in odd ones, so that neither
+side always runs on the heels of the other and both share any drift of the machine.
 
 Prints the median time per step of each and `ratio trainer_overhead <ours / anchor>` (lower is better;
 1.00 = no overhead).
@@ -77,8 +78,11 @@ def main() -> None:
         batches = [probe.loader.next_batch() for _ in range(args.steps * probe.loader.accum_steps)]
         ours, anchor = [], []
         for r in range(args.rounds):
+            if r % 2:
+                anchor.append(time_anchor(tmp / f"anchor{r}", args.steps, batches, probe.model_args))
             ours.append(time_ours(tmp / f"ours{r}", args.steps))
-            anchor.append(time_anchor(tmp / f"anchor{r}", args.steps, batches, probe.model_args))
+            if not r % 2:
+                anchor.append(time_anchor(tmp / f"anchor{r}", args.steps, batches, probe.model_args))
     o, a = statistics.median(ours), statistics.median(anchor)
     print(f"model debug, 16 x 256 tokens per step (2 micro-batches), {args.rounds} rounds of {args.steps} steps, "
           f"{torch.get_num_threads()} threads")

@@ -10,7 +10,6 @@ global and local shape are checked); the macro tier, in DCP's format, reshards.
       manifest.json      step, "storage": "local", node, ranks, world size, layout, every file's size + checksum
 """
 
-import io
 from pathlib import Path
 
 import torch
@@ -37,13 +36,6 @@ def save_rank(path: Path, sharded: dict, small: dict, algo: str) -> dict:
         payload["sharded"][name] = {k: v.to_local() if isinstance(v, DTensor) else v for k, v in state.items()}
         payload["shapes"][name] = {k: _shape(v) for k, v in state.items() if isinstance(v, torch.Tensor)}
     return write_state(path, payload, algo)
-
-
-def read_rank(data: bytes, path: Path) -> dict:
-    try:
-        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except Exception as e:  # verified bytes that do not unpickle: another version wrote them
-        raise BessemerError(f"cannot read checkpoint {path}: {e}") from None
 
 
 def load_sharded(payload: dict, sharded: dict, path: Path) -> None:

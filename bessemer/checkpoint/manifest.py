@@ -13,7 +13,7 @@ import platform
 import time
 from pathlib import Path
 
-from bessemer.checkpoint.paths import MANIFEST, fsync_dir, step_of  # noqa: F401 - fsync_dir: its old home
+from bessemer.checkpoint.paths import MANIFEST, step_of
 
 FORMAT = 1
 _CHUNK = 8 << 20

@@ -11,17 +11,17 @@ from pathlib import Path
 
 import torch
 
-from bessemer.checkpoint.manifest import check, read_manifest
 from torch.distributed.checkpoint.api import CheckpointException
 
-from bessemer.checkpoint.store import ABSURD, SHARDED, _reason, _tensors, rank_file
+from bessemer.checkpoint.components import ABSURD, SHARDED, rank_file, reason, tensors
+from bessemer.checkpoint.manifest import check, read_manifest
 
 MAX_LINES_PER_KIND = 5
 
 
 def _bad_values(name: str, state: dict) -> list[str]:
     out = []
-    for key, t in _tensors(state):
+    for key, t in tensors(state):
         if not t.is_floating_point() or not t.numel():
             continue
         nan, inf = int(torch.isnan(t).sum()), int(torch.isinf(t).sum())
@@ -56,7 +56,7 @@ def verify(path: Path) -> list[str]:
         try:
             state = _load_state_dict_from_keys({name}, checkpoint_id=str(path))
         except (Exception, CheckpointException) as e:  # noqa: BLE001 - anything DCP raises: unreadable
-            problems.append(f"{path}: cannot read {name}: {_reason(e)}")
+            problems.append(f"{path}: cannot read {name}: {reason(e)}")
             continue
         if not state.get(name):
             problems.append(f"{path}: no {name} in the sharded files")

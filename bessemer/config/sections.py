@@ -24,7 +24,8 @@ class RunConfig:
 
 @dataclass
 class ModelConfig:
-    name: str = opt("debug", "Size from the registry: debug, tiny, llama3-1b, llama3-8b, llama3-70b, llama3-405b.")
+    name: str = opt("debug", "Size from the registry: debug, tiny, llama3-1b, llama3-3b, llama3-8b, llama3-70b, "
+                          "llama3-405b.")
     vocab_size: int = opt(0, "Vocabulary size; 0 = the data's vocabulary (index.json), else the registry's.")
 
     def validate(self) -> None:

@@ -41,7 +41,7 @@ class ModelArgs:
 
 _LLAMA31_ROPE = (8.0, 1.0, 4.0, 8192)
 
-# Llama 3 dimensions from Meta's published configs (Llama 3.2 1B; Llama 3.1 8B/70B/405B).
+# Llama 3 dimensions from Meta's published configs (Llama 3.2 1B/3B; Llama 3.1 8B/70B/405B).
 MODEL_SIZES: dict[str, ModelArgs] = {
     # ~1M parameters: a CPU smoke-test model.
     "debug": ModelArgs(dim=128, n_layers=4, n_heads=4, n_kv_heads=2, ffn_hidden=384, vocab_size=1024),
@@ -53,6 +53,9 @@ MODEL_SIZES: dict[str, ModelArgs] = {
     "llama3-1b": ModelArgs(dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, ffn_hidden=8192, vocab_size=128256,
                            rope_scaling=(32.0, 1.0, 4.0, 8192), tie_embeddings=True,
                            published_params=1_235_814_400),
+    "llama3-3b": ModelArgs(dim=3072, n_layers=28, n_heads=24, n_kv_heads=8, ffn_hidden=8192, vocab_size=128256,
+                           rope_scaling=(32.0, 1.0, 4.0, 8192), tie_embeddings=True,
+                           published_params=3_212_749_824),
     "llama3-8b": ModelArgs(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, ffn_hidden=14336, vocab_size=128256,
                            rope_scaling=_LLAMA31_ROPE, published_params=8_030_261_248),
     "llama3-70b": ModelArgs(dim=8192, n_layers=80, n_heads=64, n_kv_heads=8, ffn_hidden=28672, vocab_size=128256,

@@ -85,11 +85,16 @@ def restart_attempt() -> int:
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
 
+def process_group_backend(device_type: str) -> str:
+    """On GPUs NCCL for CUDA tensors and gloo for CPU ones (CPU-offloaded gradients and optimizer states, the
+    checkpointer's small agreements); gloo alone on CPUs."""
+    return "cuda:nccl,cpu:gloo" if device_type == "cuda" else "gloo"
+
+
 def init_distributed(launch: Launch, device_type: str, timeout_s: float = 600.0) -> None:
-    """Join the process group when launched with more than one rank: on GPUs NCCL for CUDA tensors and gloo
-    for CPU ones (CPU-offloaded gradients and optimizer states, the checkpointer's small agreements); gloo
-    alone on CPUs. Every collective, and the rendezvous itself, fails after `timeout_s` seconds instead of
-    hanging (parallel.timeout_s)."""
+    """Join the process group (`process_group_backend`) when launched with more than one rank. Every
+    collective, and the rendezvous itself, fails after `timeout_s` seconds instead of hanging
+    (parallel.timeout_s)."""
     import datetime
 
     import torch.distributed as dist
@@ -97,7 +102,7 @@ def init_distributed(launch: Launch, device_type: str, timeout_s: float = 600.0)
     global _agreed_attempt
     if not launch.distributed or dist.is_initialized():
         return
-    backend = "cuda:nccl,cpu:gloo" if device_type == "cuda" else "gloo"
+    backend = process_group_backend(device_type)
     timeout = datetime.timedelta(seconds=timeout_s)
     env = os.environ
     if "TORCHELASTIC_RUN_ID" not in env or "MASTER_ADDR" not in env:  # another launcher: its env:// rendezvous

@@ -105,8 +105,9 @@ class FailureStory:
     """Turns torchrun's agent output and rank 0's console into the console story: rank 0's lines pass through,
     the agent's go to launcher.log, and each failure the agent reports becomes one line — printed once the
     restarted rank 0 has said where it resumed (before its first console line), or at once for the last one.
-    What the failed attempt's rank 0 still prints while torchrun stops it (its SIGTERM handler's "finishing
-    step N, then saving", which it will not get to do) goes to the logs only."""
+    What the failed attempt's rank 0 still prints while torchrun stops it (its SIGTERM handler's "stopping at
+    the next log step (at most N steps), then saving", which it will not get to do: its next collective fails
+    on the lost peer) goes to the logs only."""
 
     def __init__(self, run_dir: Path, nproc: int, max_restarts: int, out: IO[str] | None = None,
                  err: IO[str] | None = None):
@@ -251,7 +252,9 @@ def fresh_logs(run_dir: Path) -> None:
 def run_torchrun(nproc: int, bessemer_args: list[str], max_restarts: int = 0, run_dir: str | Path = ".",
                  resume: bool = False) -> int:
     """Run `bessemer <args>` on `nproc` local ranks (standalone rendezvous on a free local port); returns the
-    exit status. torchrun forwards Ctrl-C to the ranks, which save and stop together. With `max_restarts`,
+    exit status. Ctrl-C (or a SIGTERM that torchrun passes on) reaches every rank; the ranks agree on it at the
+    next log step (at most metrics.log_interval steps later), save a checkpoint there and exit with
+    128 + the signal's number (130 for Ctrl-C), together. With `max_restarts`,
     torchrun's agent restarts all ranks when one dies (each restart resumes from the newest checkpoint).
     The ranks write their logs under `run_dir`/logs (proc.redirect_to_rank_log); rank 0 keeps torchrun's
     stdout as its console, which is passed on here, while torchrun's own stderr goes to logs/launcher.log."""
@@ -273,7 +276,7 @@ def run_torchrun(nproc: int, bessemer_args: list[str], max_restarts: int = 0, ru
     for t in pumps:
         t.start()
     # Ctrl-C reaches torchrun and the ranks directly (same process group); this process only waits for them
-    # to finish the step and save, instead of killing torchrun midway.
+    # to reach the next log step and save there, instead of killing torchrun midway.
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         status = proc.wait()

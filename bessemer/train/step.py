@@ -26,7 +26,7 @@ from bessemer.parallel.reduce import clip_grad_norm_
 from bessemer.precision.fp8 import precompute_fp8_scales
 from bessemer.precision.policy import PrecisionPolicy, compute_context
 from bessemer.precision.scaler import LossScaler, unscale_
-from bessemer.train.builders import ModelBuild, loss_fn
+from bessemer.train.builders import ModelBuild
 from bessemer.train.optim import LRSchedules, Optimizers
 from bessemer.train.state import TrainState
 
@@ -121,7 +121,7 @@ class TrainStep:
             with self.compute():
                 logits = build.parts[0](inputs)  # (B, T, vocab)
                 if domain_losses is None:
-                    loss = loss_fn(logits, targets)
+                    loss = build.loss(logits, targets)  # loss_fn, compiled under train.compile
                 else:
                     per_sample = sample_losses(logits, targets)  # (B,)
                     loss = per_sample.mean()

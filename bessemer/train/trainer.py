@@ -236,9 +236,11 @@ class Trainer:
 @contextlib.contextmanager
 def collector_paused():
     """Python's garbage collector off while training (the loop collects at fixed steps, on every rank alike):
-    left on, it pauses each rank at a moment of its own, and the others wait for it at the next collective."""
+    left on, it pauses each rank at a moment of its own, and the others wait for it at the next collective.
+    The first collection, like the periodic ones, takes the young generations only: a full pass walks every
+    object the imports and the build left (0.2-0.4 s here, once per run) to find little more."""
     enabled = gc.isenabled()
-    gc.collect()
+    gc.collect(1)
     gc.disable()
     try:
         yield

@@ -14,7 +14,7 @@ from bessemer.model.registry import (
 DEBUG = MODEL_SIZES["debug"]
 
 
-@pytest.mark.parametrize("name", ["llama3-1b", "llama3-8b", "llama3-70b", "llama3-405b"])
+@pytest.mark.parametrize("name", ["llama3-1b", "llama3-3b", "llama3-8b", "llama3-70b", "llama3-405b"])
 def test_registry_matches_published_counts_on_meta(name):
     args = MODEL_SIZES[name]
     model = build_model(args, max_seq_len=8, device="meta")

@@ -21,6 +21,7 @@ from bessemer.train.builders import (
     pipeline_loss,
 )
 from bessemer.train.optim import Optimizers, device_adamw
+from bessemer.train.trainer import Trainer
 
 DEBUG = MODEL_SIZES["debug"]
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -84,6 +85,19 @@ def test_pipeline_loss_scales_the_chosen_loss():
     torch.testing.assert_close(scaled(logits, targets), loss_fn(logits, targets) * 2.0)
     doubled = type(scaled)(scaled.scale, 2, 2, loss=lambda lg, tg: 2 * loss_fn(lg, tg))
     torch.testing.assert_close(doubled(logits, targets), loss_fn(logits, targets) * 4.0)
+
+
+def test_the_training_step_computes_the_builds_loss(tmp_path):
+    """The step calls `build.loss` (the compiled loss under train.compile), once per micro-batch."""
+    cfg = load_config("configs/debug.toml", [f"--run.dir={tmp_path}", "--train.steps=1", "--train.seq_len=32",
+                                             "--train.global_batch=4", "--train.micro_batch=2",
+                                             "--metrics.tensorboard=false", "--metrics.peak_tflops=1",
+                                             "--metrics.telemetry_period_s=0", "--checkpoint.at_end=false"])
+    t = Trainer(cfg)
+    calls, real = [], t.build.loss
+    t.build.loss = lambda logits, targets: calls.append(tuple(logits.shape)) or real(logits, targets)
+    t.train()
+    assert calls == [(2, 32, t.model_args.vocab_size)] * 2  # two micro-batches of 2 x 32 tokens
 
 
 def _losses(compile_setting, steps: int) -> list[float]:

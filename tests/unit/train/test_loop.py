@@ -56,3 +56,16 @@ def test_a_failed_write_raises_in_the_training_thread(tmp_path, monkeypatch):
     logger.log({"step": 1})
     with pytest.raises(ZeroDivisionError):
         logger.close()
+
+
+def test_tensorboard_gets_each_number_of_a_step_record(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logger = MetricsLogger(MetricsConfig(), tmp_path, resume=False)
+    for step in (1, 2):
+        logger.log({"step": step, "loss": 2.5 / step, "lr": 1e-3, "skipped": 0, "domain_loss": {"web": 2.0},
+                    "rank_step_time_s": [0.1, 0.2]})
+    logger.close()
+    tb = EventAccumulator(str(tmp_path / "tb")).Reload()
+    assert sorted(tb.Tags()["scalars"]) == ["train/domain_loss/web", "train/loss", "train/lr", "train/skipped"]
+    assert [(e.step, e.value) for e in tb.Scalars("train/loss")] == [(1, 2.5), (2, 1.25)]
