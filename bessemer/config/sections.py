@@ -356,7 +356,9 @@ class CheckpointConfig:
     cold: ColdTierConfig = section(ColdTierConfig, "Compressed, encrypted backups to object storage.")
     at_end: bool = opt(True, "Save (macro tier) when training ends.")
     async_save: bool = opt(False, "Write the sharded model and optimizer in the background (at most one save in "
-                           "flight; training waits only for the copy to host memory).")
+                           "flight). The copy to host memory (staging) runs beside the next step's forward and "
+                           "backward; the next optimizer step waits for it to finish, so training stalls only for "
+                           "what is left of the copy then.")
     checksum: Literal["xxh3", "sha256"] = opt("xxh3", "Per-file checksum in each checkpoint's manifest.")
     on_error: Literal["continue", "stop"] = opt("continue", "When a save fails (disk full, I/O error): remove the "
                                                 "partial save, raise an alert, then continue training or stop.")

@@ -1,4 +1,6 @@
-"""`bessemer train --nproc N`: start torchrun ourselves so nobody writes launcher boilerplate. No torch import.
+"""`bessemer train`: in this process, as one rank under a torchrun already running, or — with `--nproc N` (or
+`--max-restarts K`) outside a launcher — on N local ranks under a torchrun started here, so nobody writes
+launcher boilerplate. Importing this module imports no torch: the trainer is imported only where it trains.
 
 A failure reads as one story on the console: rank 0's own lines (step lines, summaries, alerts), and one line
 per failure — the rank, how it ended, the last step, and the step and tier the restarted ranks resume from.
@@ -291,9 +293,10 @@ def run_torchrun(nproc: int, bessemer_args: list[str], max_restarts: int = 0, ru
 
 def train(cfg: "JobConfig", config_path: str, argv: list[str], nproc: int, resume: bool,
           max_restarts: int = 0) -> int:
-    """Train `cfg`: on `nproc` local ranks through torchrun when asked and not already under a launcher
-    (the layout and run directory are checked here first, before any process starts), else in this
-    process. `argv` are the command-line overrides, passed on to the ranks."""
+    """Train `cfg`. Outside a launcher, with `nproc` > 1 or `max_restarts` > 0: check the layout and the run
+    directory (before any process starts), then run `bessemer train` on `nproc` local ranks through torchrun and
+    return its status (`argv`: the command-line overrides, passed on to the ranks). Otherwise train in this
+    process; a rank under a launcher first sends its output to its rank log (rank 0 keeps the console too)."""
     if (nproc > 1 or max_restarts > 0) and not under_launcher():
         from bessemer.checkpoint.paths import check_resume
         from bessemer.parallel.layout import check_job

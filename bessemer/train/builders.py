@@ -36,8 +36,14 @@ def build_device(launch: Launch) -> torch.device:
     return torch.device("cpu")
 
 
-def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1))  # mean over B*T tokens
+def loss_fn(logits: torch.Tensor, targets: torch.Tensor, per_sample: bool = False) -> torch.Tensor:
+    """The training loss, cross-entropy on fp32 logits: the mean over the B*T tokens, or with `per_sample` each
+    sample's mean over its T tokens, (B,) (a domain mixture adds them up per domain); the mean of those is the
+    former. Every path of the step takes the loss from here, compiled under train.compile (ModelBuild.loss)."""
+    if not per_sample:
+        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1))  # mean over B*T tokens
+    per_token = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1), reduction="none")  # (B*T,)
+    return per_token.view(targets.shape).mean(dim=1)  # (B,)
 
 
 @dataclass

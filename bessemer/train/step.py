@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import torch
-import torch.nn.functional as F
 from torch.distributed.tensor import DTensor
 
 from bessemer.config import JobConfig
@@ -73,12 +72,6 @@ def step_unless_nonfinite(optimizers: Optimizers, finite: torch.Tensor) -> None:
             opt.step()
 
 
-def sample_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Each sample's mean loss over its tokens, (B,); their mean is loss_fn's."""
-    per_token = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1), reduction="none")
-    return per_token.view(targets.shape).mean(dim=1)
-
-
 class TrainStep:
     """The step of one rank: its model parts, loader, optimizers, schedules and loss scaler. `sections` holds
     this rank's wall time per part of the last step (data, forward/backward, optimizer)."""
@@ -120,10 +113,11 @@ class TrainStep:
                 return torch.stack(losses).sum().detach() * accum / self.scaler.scale if build.has_last else None
             with self.compute():
                 logits = build.parts[0](inputs)  # (B, T, vocab)
+                # build.loss: builders.loss_fn, compiled under train.compile (as the pipeline schedule's loss is)
                 if domain_losses is None:
-                    loss = build.loss(logits, targets)  # loss_fn, compiled under train.compile
+                    loss = build.loss(logits, targets)
                 else:
-                    per_sample = sample_losses(logits, targets)  # (B,)
+                    per_sample = build.loss(logits, targets, per_sample=True)  # (B,)
                     loss = per_sample.mean()
                     per_sample = per_sample.detach()
                     domain_losses.add(per_sample.full_tensor() if isinstance(per_sample, DTensor) else per_sample,

@@ -2,28 +2,19 @@
 20 steps with the losses of the single-process eager run, within fp32 rounding of fused kernels (relative 1e-4).
 (Tensor parallelism is left eager: parallel/compile.py.)"""
 
-import os
+import functools
 import shutil
-import subprocess
-import sys
 
 import pytest
 
-from bessemer.report.run_report import read_metrics
+from tests.distributed.runs import train_losses
 
 STEPS = 20
 COMMON = ["configs/debug.toml", f"--train.steps={STEPS}", "--train.global_batch=8", "--train.deterministic=true",
           "--metrics.tensorboard=false", "--metrics.peak_tflops=1", "--checkpoint.at_end=false"]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
-def train(run_dir, nproc: int, extra: list[str]) -> dict[int, float]:
-    cmd = [sys.executable, "-m", "bessemer.cli", "train", *COMMON, f"--run.dir={run_dir}", *extra]
-    if nproc > 1:
-        cmd.insert(4, f"--nproc={nproc}")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=1200, check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return {r["step"]: r["loss"] for r in read_metrics(run_dir / "metrics.jsonl")[0]}
+train = functools.partial(train_losses, COMMON, timeout=1200)  # train(run_dir, nproc, extra) -> {step: loss}
 
 
 @pytest.mark.slow

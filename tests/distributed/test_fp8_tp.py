@@ -13,30 +13,21 @@ size of the whole FP8 effect on this model, and could not tell the two apart.
 With sequence parallelism gloo cannot all-gather float8, so that run takes the plain styles (the same casts
 inside each layer)."""
 
-import os
-import subprocess
-import sys
+import functools
 
 import pytest
 
-from bessemer.report.run_report import read_metrics
+from tests.distributed.runs import train_losses
 
 STEPS = 20
 COMMON = ["configs/debug.toml", f"--train.steps={STEPS}", "--train.global_batch=8", "--train.micro_batch=4",
           "--train.deterministic=true", "--metrics.tensorboard=false", "--metrics.peak_tflops=1",
           "--checkpoint.at_end=false", "--precision.dtype=fp32"]
 FP8 = ["--precision.fp8.enabled=true", "--precision.fp8.emulate=true"]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 TOLERANCE = 2e-4
 
 
-def train(run_dir, extra, nproc=1):
-    cmd = [sys.executable, "-m", "bessemer.cli", "train", *COMMON, f"--run.dir={run_dir}", *extra]
-    if nproc > 1:
-        cmd.insert(4, f"--nproc={nproc}")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return {r["step"]: r["loss"] for r in read_metrics(run_dir / "metrics.jsonl")[0]}
+train = functools.partial(train_losses, COMMON)  # train(run_dir, nproc, extra) -> {step: loss}
 
 
 def worst(a: dict, b: dict) -> float:
@@ -47,15 +38,14 @@ def worst(a: dict, b: dict) -> float:
 def one_process(tmp_path_factory):
     """The one-process runs: FP8 (the reference) and fp32 alone."""
     root = tmp_path_factory.mktemp("one")
-    return train(root / "fp8", FP8), train(root / "fp32", [])
+    return train(root / "fp8", 1, FP8), train(root / "fp32", 1, [])
 
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("sequence_parallel", [False, True])
 def test_fp8_tp2_matches_one_process_fp8(sequence_parallel, one_process, tmp_path):
     one, plain = one_process
-    tp2 = train(tmp_path / "tp2", [*FP8, "--parallel.tp=2", f"--parallel.sequence_parallel={sequence_parallel}"],
-                nproc=2)
+    tp2 = train(tmp_path / "tp2", 2, [*FP8, "--parallel.tp=2", f"--parallel.sequence_parallel={sequence_parallel}"])
     assert sorted(tp2) == list(range(1, STEPS + 1))
     diff, fp8_effect = worst(tp2, one), worst(plain, one)
     print(f"\nfp8 tp2 (sp={sequence_parallel}) vs one process: {diff:.2e}; fp8 vs fp32: {fp8_effect:.2e}")

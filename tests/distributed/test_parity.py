@@ -2,21 +2,19 @@
 processes (started by `bessemer train --nproc N`) and must match the single-process run of the same test
 session within relative 1e-5 at every step."""
 
-import os
+import functools
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from bessemer.report.run_report import read_metrics
+from tests.distributed.runs import train_losses
 
 STEPS = 20
 COMMON = ["configs/debug.toml", f"--train.steps={STEPS}", "--train.global_batch=8", "--train.deterministic=true",
           "--metrics.tensorboard=false", "--metrics.peak_tflops=1"]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 LAYOUTS = {
     "dp_replicate2": (2, ["--parallel.dp_replicate=2", "--parallel.dp_shard=1", "--train.micro_batch=2"]),
@@ -38,13 +36,7 @@ LAYOUTS = {
 }
 
 
-def train(run_dir, nproc, extra):
-    cmd = [sys.executable, "-m", "bessemer.cli", "train", *COMMON, f"--run.dir={run_dir}", *extra]
-    if nproc > 1:
-        cmd.insert(4, f"--nproc={nproc}")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return {r["step"]: r["loss"] for r in read_metrics(run_dir / "metrics.jsonl")[0]}
+train = functools.partial(train_losses, COMMON)  # train(run_dir, nproc, extra) -> {step: loss}
 
 
 @pytest.fixture(scope="module")

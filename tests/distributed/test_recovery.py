@@ -2,31 +2,23 @@
 SIGKILL between checkpoints, or halfway through a save, is restarted by torchrun (--max-restarts) and the run
 ends bitwise identical to an uninterrupted one; checkpoints reshard to other layouts."""
 
-import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from bessemer.report.run_report import read_metrics
+from tests.distributed.runs import run_train
 
 STEPS = 20
 LAYOUT = ["--parallel.pp=2", "--parallel.tp=2", "--parallel.dp_shard=2", "--train.micro_batch=4"]
 COMMON = ["configs/debug.toml", f"--train.steps={STEPS}", "--train.global_batch=8", "--train.deterministic=true",
           "--metrics.tensorboard=false", "--metrics.peak_tflops=1", "--checkpoint.micro.interval=5",
           "--checkpoint.micro.keep=0"]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def train(run_dir, nproc, *extra):
-    cmd = [sys.executable, "-m", "bessemer.cli", "train", *COMMON, f"--run.dir={run_dir}", *extra]
-    if nproc > 1:
-        cmd.insert(4, f"--nproc={nproc}")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return read_metrics(run_dir / "metrics.jsonl")
+    return run_train(run_dir, nproc, [*COMMON, *extra])
 
 
 def final_weights(run_dir):

@@ -87,17 +87,35 @@ def test_pipeline_loss_scales_the_chosen_loss():
     torch.testing.assert_close(doubled(logits, targets), loss_fn(logits, targets) * 4.0)
 
 
-def test_the_training_step_computes_the_builds_loss(tmp_path):
-    """The step calls `build.loss` (the compiled loss under train.compile), once per micro-batch."""
+def test_per_sample_losses_average_to_the_loss():
+    logits, targets = torch.randn(3, 5, 7), torch.randint(0, 7, (3, 5))
+    per_sample = loss_fn(logits, targets, per_sample=True)
+    assert per_sample.shape == (3,)
+    torch.testing.assert_close(per_sample.mean(), loss_fn(logits, targets))
+    torch.testing.assert_close(per_sample[1], loss_fn(logits[1:2], targets[1:2]))
+
+
+@pytest.mark.parametrize("mixture", [False, True])
+def test_the_training_step_computes_the_builds_loss(mixture, tmp_path):
+    """The step calls `build.loss` (the compiled loss under train.compile), once per micro-batch; a domain mixture
+    takes its per-sample losses from it too."""
+    domains = ["--data.domains=code:0.5,prose_en:0.25,prose_zh:0.25"] if mixture else []
     cfg = load_config("configs/debug.toml", [f"--run.dir={tmp_path}", "--train.steps=1", "--train.seq_len=32",
                                              "--train.global_batch=4", "--train.micro_batch=2",
                                              "--metrics.tensorboard=false", "--metrics.peak_tflops=1",
-                                             "--metrics.telemetry_period_s=0", "--checkpoint.at_end=false"])
+                                             "--metrics.telemetry_period_s=0", "--checkpoint.at_end=false",
+                                             *domains])
     t = Trainer(cfg)
     calls, real = [], t.build.loss
-    t.build.loss = lambda logits, targets: calls.append(tuple(logits.shape)) or real(logits, targets)
+
+    def spy(logits, targets, **kwargs):
+        calls.append((tuple(logits.shape), kwargs))
+        return real(logits, targets, **kwargs)
+
+    t.build.loss = spy
     t.train()
-    assert calls == [(2, 32, t.model_args.vocab_size)] * 2  # two micro-batches of 2 x 32 tokens
+    kwargs = {"per_sample": True} if mixture else {}
+    assert calls == [((2, 32, t.model_args.vocab_size), kwargs)] * 2  # two micro-batches of 2 x 32 tokens
 
 
 def _losses(compile_setting, steps: int) -> list[float]:
