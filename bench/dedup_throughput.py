@@ -1,14 +1,14 @@
 """End-to-end near-duplicate throughput, one process on one core: our `DedupStep` against a datasketch pipeline
 and a rensa pipeline on the same generated corpus (`bessemer.data.synthetic`: clusters of edited copies, hard
 negatives sharing 40-60% of a cluster's text, unrelated singletons), with the same parameters: word 5-gram
-shingles of the normalized text, 112 permutations, LSH with 14 bands x 8 rows, candidates verified at
+shingles of the normalized text, 112 permutations, LSH with 16 bands x 7 rows, candidates verified at
 estimated Jaccard >= 0.6, clusters by union-find.
 
 - ours: `DedupStep(exact=True, score_key=None)` (exact grouping on; the corpus has no exact copies, so it only
   costs the hashing), numpy-vectorized MinHash.
 - datasketch: `MinHash(num_perm=112).update_batch(shingles)` per document, `MinHashLSH(num_perm=112,
   params=(14, 8))` insert then query per document, `MinHash.jaccard` on each candidate pair.
-- rensa: `RMinHash(112, seed).update(shingles)` per document, `RMinHashLSH(0.6, 112, 14)` insert then query,
+- rensa: `RMinHash(112, seed).update(shingles)` per document, `RMinHashLSH(0.6, 112, 16)` insert then query,
   `RMinHash.jaccard` on each candidate pair.
 
 The other two get the same shingle strings (`shingle_strings(normalize_text(text))`); building them is inside
@@ -25,12 +25,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bessemer.data.dedup import UnionFind, normalize_text, shingle_strings
-from bessemer.data.dedup_step import DedupStep
+from bessemer.data.dedup.minhash import normalize_text, shingle_strings
+from bessemer.data.dedup.step import DedupStep
 from bessemer.data.document import Document
 from bessemer.data.synthetic import corpus, precision_recall
 
-NUM_BANDS, ROWS, NGRAM, THRESHOLD = 14, 8, 5, 0.6
+NUM_BANDS, ROWS, NGRAM, THRESHOLD = 16, 7, 5, 0.6
 NUM_PERM = NUM_BANDS * ROWS
 
 
@@ -49,13 +49,35 @@ def _shingles(doc: Document) -> list[str]:
     return shingle_strings(normalize_text(doc.text), NGRAM)
 
 
+class UnionFind:
+    """A plain union-find for the reference pipelines (ours clusters in numpy: bessemer/data/dedup/graph.py)."""
+
+    def __init__(self, n: int):
+        self.parent = list(range(n))
+
+    def find(self, x: int) -> int:
+        parent = self.parent
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def union(self, x: int, y: int) -> None:
+        rx, ry = self.find(x), self.find(y)
+        if rx != ry:
+            self.parent[max(rx, ry)] = min(rx, ry)
+
+    def roots(self) -> list[int]:
+        return [self.find(i) for i in range(len(self.parent))]
+
+
 def _cluster(n: int, candidates: Callable[[int], list[int]], similar: Callable[[int, int], bool]) -> list[int]:
     uf = UnionFind(n)
     for i in range(n):
         for j in candidates(i):
             if j > i and similar(i, j):
                 uf.union(i, j)
-    return uf.roots().tolist()
+    return uf.roots()
 
 
 def datasketch_pipeline(docs: list[Document]) -> list[int]:
@@ -107,7 +129,7 @@ def main() -> None:
     words = [len(d.text.split()) for d in docs]
     print(f"corpus: {len(docs):,} docs ({args.clusters} clusters of 3-6, {args.hard} hard negatives, "
           f"{args.singles} singletons), {min(words)}-{max(words)} words (mean {sum(words) / len(words):.0f}); "
-          f"112 perms = 14 bands x 8 rows, word 5-grams, verify >= 0.6; best of {args.repeats}, 1 process")
+          f"112 perms = 16 bands x 7 rows, word 5-grams, verify >= 0.6; best of {args.repeats}, 1 process")
     rate = {}
     for name, fn in (("dedup (ours, exact on)", ours), ("datasketch", datasketch_pipeline),
                      ("rensa", rensa_pipeline)):

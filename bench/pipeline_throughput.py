@@ -7,7 +7,7 @@ the same shard count and worker count.
 | --- | --- |
 | normalize (ftfy, NFC, controls, width, whitespace) | FTFYFormatter |
 | quality: Gopher repetition, Gopher, C4, FineWeb | GopherRepetition-, GopherQuality-, C4Quality-, FineWebQualityFilter |
-| dedup: exact + MinHash 14 x 8, global | MinHash 14 x 8: signature, buckets, cluster, filter (4 executor runs) |
+| dedup: exact + MinHash 16 x 7, global | MinHash 16 x 7: signature, buckets, cluster, filter (4 executor runs) |
 
 Both read JSONL and write JSONL (.zst for bessemer, .gz for datatrove, each's default). datatrove needs
 `pip install datatrove spacy` (its English word tokenizer is spaCy's); without them its half is skipped with a

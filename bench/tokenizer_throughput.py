@@ -1,22 +1,31 @@
-"""Tokenizer encode throughput and compression, each against an anchor measured in the same run.
+"""Tokenizer encode throughput against raw HF `Tokenizer.encode_batch` measured in the same run, and the
+statute compression of bench/tokenizer_compression.py.
 
-- throughput: `bessemer tokenizer encode` (encode_inputs: read JSONL, encode, write shards + progress) with 1 and
-  2 processes, in MB of text per second, against raw HF `Tokenizer.encode_batch` (ids fetched as Python lists,
-  which any consumer needs) on the same tokenizer and the same texts already in memory (no reading, no
-  writing, using all cores through the library's own threads) -> ratio ours / raw (higher is better; 1.0 = no
-  overhead over the bare Rust encoder);
-- compression: bytes/token of the domain-aware BPE against a plain byte-level BPE (HF's ByteLevel
-  pre-tokenizer, GPT-2's regex), same vocabulary size, same training text, on held-out code, English prose,
-  Chinese prose and Chinese legal text (per domain; higher is better). The domain-aware rules trade a little
-  compression for boundaries (numerals, 第/条, whitespace runs); this shows how much.
+- throughput: `bessemer tokenizer encode` (encode_inputs: workers read JSONL through the curation readers,
+  tokenize, shuffle and write their own shards; the parent merges the index) with 1 and 2 workers, in MB of
+  text per second, against raw `encode_batch` in one thread (TOKENIZERS_PARALLELISM=false, as each worker
+  runs) on the same tokenizer and texts already in memory, ids fetched as Python lists (which any consumer
+  needs). Per worker: by wall clock with one worker, and by CPU time with two (the children's CPU seconds
+  from getrusage), since on a shared machine two workers may not get two cores. ratio = ours / raw (1.0 = no
+  overhead over the bare Rust encoder); speedup = 1-worker wall time / 2-worker wall time.
+- compression (bench/tokenizer_compression.py): bytes/token on held-out real statutes against a plain
+  byte-level BPE of the same vocabulary, and statute-reference boundary crossings; skipped with a message
+  when the outside data is not there (`--data`).
 
 Corpus: Python's standard-library sources (code), pydoc topics (English), the bundled Chinese prose and
-generated legal text; every 10th document is held out. Ends with `ratio tokenizer_encode_2proc_vs_hf X`.
+generated legal text (the tokenizer is trained on it), encoded `--repeat` times over from `--files` JSONL files
+(each a task). Ends with
+`ratio tokenizer_encode_per_worker_vs_hf X` (1 worker, wall), `ratio tokenizer_encode_per_worker_cpu_vs_hf X`
+(2 workers, CPU) and `ratio tokenizer_encode_2proc_vs_hf X` (2 workers, wall, against raw in one thread).
 """
 
 import argparse
+import itertools
 import json
+import os
 import random
+import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -26,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bessemer.demo.corpus import build_corpus  # noqa: E402
-from bessemer.tokenizer.common import SPECIAL_TOKENS, load_tokenizer  # noqa: E402
+from bessemer.tokenizer.common import load_tokenizer  # noqa: E402
 from bessemer.tokenizer.encode import encode_inputs  # noqa: E402
 from bessemer.tokenizer.train import train_tokenizer  # noqa: E402
 
@@ -65,89 +74,101 @@ def legal_docs(n: int, seed: int) -> list[dict]:
     return docs
 
 
-def plain_bpe(texts: list[str], vocab_size: int, out: Path):
-    import tokenizers as tk
-
-    tok = tk.Tokenizer(tk.models.BPE())
-    tok.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = tk.decoders.ByteLevel()
-    tok.train_from_iterator(texts, tk.trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
-                                                          initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(),
-                                                          show_progress=False))
-    return tok
+def timed(fn) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process and of its children that finished meanwhile) of one call."""
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    c0, t0 = time.process_time(), time.perf_counter()
+    fn()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, cpu + (after.ru_utime - kids.ru_utime) + (after.ru_stime - kids.ru_stime)
 
 
-def bytes_per_token(tok, docs: list[dict]) -> dict[str, float]:
-    per: dict[str, list[int]] = {}
-    encs = tok.encode_batch([d["text"] for d in docs])
-    for d, e in zip(docs, encs):
-        acc = per.setdefault(d["metadata"]["domain"], [0, 0])
-        acc[0] += len(d["text"].encode())
-        acc[1] += len(e.ids)
-    return {name: b / t for name, (b, t) in sorted(per.items())}
-
-
-def best_time(fn, rounds: int) -> float:
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+def best_of(runs: dict[str, list], name: str, fn) -> None:
+    runs.setdefault(name, []).append(timed(fn))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--code-mb", type=float, default=2.5)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--files", type=int, default=8, help="input files (tasks) the corpus is written as")
+    parser.add_argument("--repeat", type=int, default=8,
+                        help="the encoded corpus is the training corpus this many times over, so that a worker's "
+                             "start (imports, tokenizer load: about 0.5 s) weighs as little as on real data")
+    parser.add_argument("--rounds", type=int, default=2)
+    from bench.data.eval_data import add_data_argument, find_data
+    from bench.tokenizer_compression import NEEDS, print_report
+
+    add_data_argument(parser)
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         docs = build_corpus(tmp / "demo.jsonl", code_bytes=int(args.code_mb * 1e6), prose_bytes=1_500_000)
         docs += legal_docs(3000, seed=0)
-        train = [d for i, d in enumerate(docs) if i % 10]
-        held = [d for i, d in enumerate(docs) if i % 10 == 0]
-        mb = sum(len(d["text"].encode()) for d in train) / 1e6
-        print(f"corpus: {mb:.1f} MB training text ({len(train):,} documents), {len(held):,} held out; "
-              f"vocab {args.vocab_size}")
-
-        t0 = time.perf_counter()
-        train_tokenizer(((d["text"], d["metadata"]["domain"]) for d in train), args.vocab_size, tmp / "tok")
-        print(f"train domain-aware BPE: {time.perf_counter() - t0:.1f} s")
-        ours = load_tokenizer(tmp / "tok")
-        plain = plain_bpe([d["text"] for d in train], args.vocab_size, tmp / "plain")
-
-        a, b = bytes_per_token(ours, held), bytes_per_token(plain, held)
-        print(f"\n{'held-out domain':<16} {'domain-aware':>13} {'plain byte-level':>17} {'ratio':>7}   (bytes/token)")
-        for name in a:
-            print(f"{name:<16} {a[name]:>13.3f} {b[name]:>17.3f} {a[name] / b[name]:>7.3f}")
-
-        src = tmp / "train.jsonl"
-        src.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in train), encoding="utf-8")
-        texts = [d["text"] for d in train]
-        ours.encode_special_tokens = True  # what encode does
+        random.Random(0).shuffle(docs)
+        train_tokenizer(((d["text"], d["metadata"]["domain"]) for d in docs), args.vocab_size, tmp / "tok")
+        docs = docs * args.repeat
+        mb = sum(len(d["text"].encode()) for d in docs) / 1e6
+        print(f"encoding {mb:.1f} MB of text ({len(docs):,} documents) in {args.files} files; vocab {args.vocab_size}")
+        src = tmp / "in"
+        src.mkdir()
+        for i in range(args.files):
+            (src / f"part-{i:03d}.jsonl").write_text(
+                "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs[i::args.files]), encoding="utf-8")
+        texts = [d["text"] for d in docs]
+        tok = load_tokenizer(tmp / "tok")
+        tok.encode_special_tokens = True  # what encode does
 
         def raw():
             for i in range(0, len(texts), 256):
-                [e.ids for e in ours.encode_batch(texts[i:i + 256], add_special_tokens=False)]
+                [e.ids for e in tok.encode_batch(texts[i:i + 256], add_special_tokens=False)]
+
+        outputs = itertools.count()
 
         def command(workers: int):
-            n = iter(range(10**6))
-
             def run():
-                encode_inputs(tmp / "tok", src, tmp / f"shards_{workers}_{next(n)}", workers=workers)
+                out = tmp / f"shards_{next(outputs)}"
+                encode_inputs(tmp / "tok", src, out, workers=workers)
+                shutil.rmtree(out)
             return run
 
-        t_raw = best_time(raw, args.rounds)
-        t_one = best_time(command(1), args.rounds)
-        t_two = best_time(command(2), args.rounds)
-        print(f"\nraw HF encode_batch (in memory):      {mb / t_raw:7.2f} MB/s")
-        print(f"bessemer tokenizer encode, 1 process: {mb / t_one:7.2f} MB/s   ratio {t_raw / t_one:.3f}")
-        print(f"bessemer tokenizer encode, 2 workers: {mb / t_two:7.2f} MB/s   ratio {t_raw / t_two:.3f}")
-        print("ratio = encode MB/s / raw encode_batch MB/s on the same tokenizer and text (higher is better)")
-        print(f"ratio tokenizer_encode_2proc_vs_hf {t_raw / t_two:.3f}")
+        # Interleaved rounds, best wall and best CPU of each: the machine's other load drifts during the run.
+        runs: dict[str, list] = {}
+        for _ in range(args.rounds):
+            os.environ["TOKENIZERS_PARALLELISM"] = "false"
+            best_of(runs, "raw", raw)
+            os.environ.pop("TOKENIZERS_PARALLELISM")
+            best_of(runs, "all", raw)
+            best_of(runs, "one", command(1))
+            best_of(runs, "two", command(2))
+        (raw_wall, raw_cpu), (all_wall, _), (one_wall, one_cpu), (two_wall, two_cpu) = (
+            (min(w for w, _ in runs[k]), min(c for _, c in runs[k])) for k in ("raw", "all", "one", "two"))
+        # What starting two workers costs on its own: the same command on two one-line files.
+        tiny = tmp / "tiny"
+        tiny.mkdir()
+        for i in range(2):
+            (tiny / f"{i}.jsonl").write_text(json.dumps({"text": "x"}) + "\n")
+        start_cpu = min(timed(lambda: encode_inputs(tmp / "tok", tiny, tmp / f"shards_{next(outputs)}", workers=2))[1]
+                        for _ in range(args.rounds))
+        print(f"\nraw HF encode_batch, 1 thread (in memory):   {mb / raw_wall:6.2f} MB/s   {mb / raw_cpu:6.2f} MB/CPU-s")
+        print(f"raw HF encode_batch, all threads:            {mb / all_wall:6.2f} MB/s")
+        print(f"bessemer tokenizer encode, 1 worker:         {mb / one_wall:6.2f} MB/s   {mb / one_cpu:6.2f} MB/CPU-s"
+              f"   ratio {raw_wall / one_wall:.3f} (wall)  {raw_cpu / one_cpu:.3f} (CPU)")
+        print(f"bessemer tokenizer encode, 2 workers:        {mb / two_wall:6.2f} MB/s   {mb / two_cpu:6.2f} MB/CPU-s"
+              f"   ratio {raw_wall / two_wall:.3f} (wall)  {raw_cpu / two_cpu:.3f} (CPU, per worker)"
+              f"   speedup {one_wall / two_wall:.2f}x over 1 worker")
+        print(f"  2 workers without their start ({start_cpu:.2f} CPU-s for both: imports, tokenizer load): "
+              f"ratio {raw_cpu / (two_cpu - start_cpu):.3f} (CPU, per worker)")
+        print(f"cores on this machine: {os.cpu_count()}; CPU seconds include the parent's")
+        print(f"ratio tokenizer_encode_per_worker_vs_hf {raw_wall / one_wall:.3f}")
+        print(f"ratio tokenizer_encode_per_worker_cpu_vs_hf {raw_cpu / two_cpu:.3f}")
+        print(f"ratio tokenizer_encode_2proc_vs_hf {raw_wall / two_wall:.3f}")
+
+    print()
+    if (root := find_data(args.data, NEEDS, "tokenizer compression on real statutes")) is not None:
+        print_report(root, args.vocab_size)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
         shards = build_token_data(tmp, vocab_size=1024, code_bytes=300_000, prose_bytes=200_000, seed=0)
         shutil.rmtree(OUT, ignore_errors=True)
-        shutil.copytree(shards, OUT)
+        shutil.copytree(shards, OUT, ignore=shutil.ignore_patterns("encode_progress.json"))
         shutil.copy(Path(tmp) / "tokenizer" / "tokenizer.json", OUT / "tokenizer.json")
     index = (OUT / "index.json").read_text()
     (OUT / "index.json").write_text(index.replace(str(Path(tmp) / "tokenizer" / "tokenizer.json"), "tokenizer.json"))

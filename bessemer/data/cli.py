@@ -53,7 +53,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--workers", type=_positive, default=None, metavar="N",
                    help="overrides executor.workers (processes, or local Ray CPUs)")
     r.add_argument("--executor", choices=("local", "ray"), default=None, help="overrides executor.kind")
-    r.add_argument("--address", default=None, help="Ray cluster address (implies --executor ray)")
+    r.add_argument("--address", default=None, metavar="HOST:PORT",
+                   help="join the Ray cluster whose head is at HOST:PORT (as `ray start --head` prints it; also "
+                        "\"auto\" or ray://...); implies --executor ray")
     r.add_argument("--no-report", action="store_true", help="don't write OUTDIR/report/index.html")
 
     s = actions.add_parser("stats", help="print the stats.json of an output directory",
@@ -62,7 +64,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--json", action="store_true", help="print stats.json itself")
     s.add_argument("--report", action="store_true", help="also (re)build OUTDIR/report/index.html")
 
-    from bessemer.data.quality_model import add_quality_train_arguments  # argparse only; fasttext loads when run
+    from bessemer.data.quality_model import (
+        add_quality_train_arguments,  # argparse only; fasttext loads when run
+    )
 
     add_quality_train_arguments(actions.add_parser(
         "quality-train", help="train the fastText quality classifier from labeled JSONL",
@@ -149,24 +153,42 @@ def print_stats(stats: dict, title: str = "") -> None:
 
 
 def read_stats(outdir: str) -> dict:
-    path = Path(outdir) / "stats.json"
-    if not path.is_file():
+    """`<outdir>/stats.json` of a local or remote (`s3://...`) output directory."""
+    from bessemer.data import io
+
+    path = io.join(outdir, "stats.json")
+    if not io.exists(path):
         raise BessemerError(f"no stats.json in {outdir} (not a finished `bessemer data` output directory)")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(io.read_bytes(path))
     except json.JSONDecodeError as e:
         raise BessemerError(f"{path}: not valid JSON ({e})") from None
 
 
-def _run(pipeline, write_report: bool) -> int:
+def write_report(outdir: str) -> str:
+    """Build `<outdir>/report/` from its stats.json; a remote output directory gets it built locally and uploaded."""
+    from bessemer.data import io
+    from bessemer.report.data_report import build_data_report
+
+    if io.is_local(outdir):
+        return str(build_data_report(outdir))
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "stats.json").write_text(json.dumps(read_stats(outdir)), encoding="utf-8")
+        built = build_data_report(tmp, title=outdir.rstrip("/").rpartition("/")[2]).parent
+        for f in sorted(built.iterdir()):
+            io.write_bytes(io.join(outdir, "report", f.name), f.read_bytes())
+    return io.join(outdir, "report", "index.html")
+
+
+def _run(pipeline, report: bool) -> int:
     from bessemer.data.phases import run_pipeline
 
     stats = run_pipeline(pipeline)
     print_stats(stats, title=f"bessemer data: {pipeline.output.dir}")
-    if write_report:
-        from bessemer.report.data_report import build_data_report
-
-        print(f"report: {build_data_report(pipeline.output.dir)}")
+    if report:
+        print(f"report: {write_report(pipeline.output.dir)}")
     return 0
 
 
@@ -182,9 +204,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print_stats(stats, title=f"{args.outdir}/stats.json")
         if args.report:
-            from bessemer.report.data_report import build_data_report
-
-            print(f"report: {build_data_report(args.outdir)}")
+            print(f"report: {write_report(args.outdir)}")
         return 0
     if args.data_command == "run":
         from bessemer.data.pipeline import load_pipeline

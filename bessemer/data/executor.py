@@ -1,12 +1,13 @@
-"""Local executor: input files dealt into N shards, each shard run by a worker process (or, with
-`kind = "ray"`, by a Ray task: ray_executor.py; everything else below is shared).
+"""The shard job: input files dealt into N shards, each shard one job of the pipeline's runner (in this process,
+a local worker process or a Ray task: bessemer/data/runner.py; everything below is the same on each).
 
 A shard reads its files, runs the steps in order and writes three files: `<dir>/part-<shard>.<format>`,
 `<rejected>/part-<shard>.jsonl.zst` (the exclusion sink, redacted by the pipeline's pii step: sink.py) and,
-last, `<dir>/stats/part-<shard>.json` — the completion marker. A rerun skips every shard whose marker and
-output exist, so an interrupted run resumes where it stopped and finishes with the same output as an
-uninterrupted one. When every shard is done, the shard stats are merged
-into `<dir>/stats.json` and conservation (in = out + rejected, per step) is checked.
+last, `<dir>/stats/part-<shard>.json` — the completion marker (all through bessemer/data/io.py, so any of them
+may be a local path or an `s3://` URL). A rerun skips every shard whose marker and output exist, so an
+interrupted run resumes where it stopped and finishes with the same output as an uninterrupted one. When every
+shard is done, the shard stats are merged into `<dir>/stats.json` and conservation (in = out + rejected, per
+step) is checked.
 
 `run_pipeline` (bessemer/data/phases.py) drives it; a pipeline with a global step (`dedup`) and more than one
 shard runs in stages instead, per-shard ones around each global step (also phases.py).
@@ -15,26 +16,20 @@ Shard assignment depends only on the sorted input list and the shard count, neve
 workers, so 1 and 8 workers write identical shards.
 """
 
-import hashlib
 import itertools
-import json
-import multiprocessing
-import posixpath
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict
-from typing import Any, Self
+from typing import Self
 
-import fsspec
-
+from bessemer.data import io
 from bessemer.data.document import Document
-from bessemer.data.pipeline import REASON, STEPS, ExecutorConfig, Pipeline, step_class
+from bessemer.data.pipeline import REASON, STEPS, Pipeline, step_class
 from bessemer.data.readers import InputFile, file_size, read_file
 from bessemer.data.sink import Sink
 from bessemer.data.stats import StepStats, summary
 from bessemer.data.step import Step
-from bessemer.data.writers import open_writer, shard_name
-from bessemer.errors import BessemerError
+from bessemer.data.writers import RoutedWriter, open_writer, shard_name
 
 REJECTED_FORMAT = "jsonl.zst"
 
@@ -46,8 +41,8 @@ def assign_shards(files: list[InputFile], shards: int) -> list[list[InputFile]]:
 
 def fingerprint(pipeline: Pipeline, shards: int) -> str:
     """What a shard's content depends on; a rerun refuses to mix shards of different pipelines."""
-    key = {"input": asdict(pipeline.input), "steps": pipeline.steps, "shards": shards, "format": pipeline.output.format}
-    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return io.fingerprint({"input": asdict(pipeline.input), "steps": pipeline.steps, "shards": shards,
+                           "format": pipeline.output.format})
 
 
 def _text_bytes(doc: Document) -> int:
@@ -97,9 +92,10 @@ def run_shard(pipeline: Pipeline, shard: int, n_shards: int, files: list[InputFi
     steps = pipeline.build_steps()
     stats = [StepStats("input")] + [StepStats(spec["name"]) for spec in pipeline.steps]
     stats[0].bytes_in = sum(file_size(f.url) for f in files)
-    with open_writer(f"{out.dir.rstrip('/')}/{shard_name(shard, out.format)}", out.format) as writer, \
-            Sink(f"{out.rejected_dir.rstrip('/')}/{shard_name(shard, REJECTED_FORMAT)}",
-                 pipeline.sink_redaction()) as rejected:
+    writer = (RoutedWriter(out.dir, shard, out.format) if out.routes
+              else open_writer(io.join(out.dir, shard_name(shard, out.format)), out.format))
+    with writer, \
+            Sink(io.join(out.rejected_dir, shard_name(shard, REJECTED_FORMAT)), pipeline.sink_redaction()) as rejected:
         stream = _route(_read_all(files, pipeline), stats[0], rejected)
         for step, st in zip(steps, stats[1:]):
             stream = _route(_run_step(step, stream, shard, n_shards, st, rejected), st, rejected)
@@ -118,7 +114,9 @@ def run_shard(pipeline: Pipeline, shard: int, n_shards: int, files: list[InputFi
             st.extra = step.stats()
     assert writer.count == stats[-1].docs_out, (writer.count, stats[-1].docs_out)
     result = {"shard": shard, "fingerprint": fp, "files": [f.url for f in files], **summary(stats, shards=1)}
-    _write_json_atomic(_stats_path(pipeline, shard), result)
+    if isinstance(writer, RoutedWriter):
+        result["routes"] = writer.route_counts()
+    io.write_json(_stats_path(pipeline, shard), result)  # the completion marker: written last
     return result
 
 
@@ -129,30 +127,21 @@ def _run_shard_job(job: tuple) -> dict:
     return run_shard(pipeline, shard, n_shards, files, fp)
 
 
+def shard_job_name(job: tuple) -> str:
+    pipeline, shard, n_shards = job[:3]
+    return f"shard part-{shard:05d} of {n_shards} (output.dir {pipeline.output.dir})"
+
+
 def _stats_path(pipeline: Pipeline, shard: int) -> str:
-    return f"{pipeline.output.dir.rstrip('/')}/stats/part-{shard:05d}.json"
-
-
-def _write_json_atomic(path: str, obj: Any) -> None:
-    fs, p = fsspec.core.url_to_fs(path)
-    fs.makedirs(posixpath.dirname(p), exist_ok=True)
-    with fs.open(p + ".tmp", "w") as f:
-        json.dump(obj, f, indent=1)
-    fs.mv(p + ".tmp", p)
+    return io.join(pipeline.output.dir, "stats", f"part-{shard:05d}.json")
 
 
 def shard_done(pipeline: Pipeline, shard: int, fp: str) -> bool:
     """Whether the shard's completion marker and output exist (and belong to this pipeline)."""
-    fs, marker = fsspec.core.url_to_fs(_stats_path(pipeline, shard))
-    output = f"{pipeline.output.dir.rstrip('/')}/{shard_name(shard, pipeline.output.format)}"
-    if not fs.exists(marker) or not fs.exists(fsspec.core.url_to_fs(output)[1]):
-        return False
-    with fs.open(marker, "r") as f:
-        stored = json.load(f).get("fingerprint")
-    if stored != fp:
-        raise BessemerError(f"{pipeline.output.dir} holds shard {shard} of a different pipeline (input, steps, "
-                            f"shard count or format changed); delete that directory or choose another output.dir")
-    return True
+    output = io.join(pipeline.output.dir, shard_name(shard, pipeline.output.format))
+    return (io.marker_done(_stats_path(pipeline, shard), fp,
+                           f"output.dir {pipeline.output.dir} (input, steps, shard count or format changed)")
+            and io.exists(output))
 
 
 def is_global(spec: dict) -> bool:
@@ -161,31 +150,9 @@ def is_global(spec: dict) -> bool:
     return bool(getattr(step_class(spec["name"]), "global_step", False))
 
 
-def run_shard_jobs(jobs: list[tuple], executor: ExecutorConfig, on_done: Callable[[dict], None]) -> None:
-    """Run `_run_shard_job` tuples on the configured executor: in this process, a process pool, or Ray."""
-    workers = min(executor.workers, len(jobs))
-    if executor.kind == "ray":
-        from bessemer.data.ray_executor import run_tasks
-
-        run_tasks(_run_shard_job, jobs, executor, on_done)
-    elif workers <= 1:
-        for job in jobs:
-            on_done(_run_shard_job(job))
-    else:
-        with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            for result in pool.imap_unordered(_run_shard_job, jobs):
-                on_done(result)
-
-
 def done_shard_stats(pipeline: Pipeline, n_shards: int, fp: str) -> list[dict]:
     """The stats objects of the shards that are done, in shard order."""
-    per_shard = []
-    for i in range(n_shards):
-        if shard_done(pipeline, i, fp):
-            fs, p = fsspec.core.url_to_fs(_stats_path(pipeline, i))
-            with fs.open(p, "r") as f:
-                per_shard.append(json.load(f))
-    return per_shard
+    return [io.read_json(_stats_path(pipeline, i)) for i in range(n_shards) if shard_done(pipeline, i, fp)]
 
 
 class _Progress:
@@ -196,7 +163,13 @@ class _Progress:
         if not enabled or n_shards == 0:
             return
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         self._p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                            TextColumn("{task.fields[docs]}"), TimeElapsedColumn(), console=Console(stderr=True))

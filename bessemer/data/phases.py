@@ -10,13 +10,14 @@ executor splits the steps at each global step into stages, numbered in order:
     stage 2  per shard: pii on stage 1's shards   -> <out>/part-<shard>.<format> (the final output)
 
 A per-shard stage is `run_shard` on a derived pipeline (its steps, its input = the previous stage's shard),
-on the configured executor, with its own completion markers (`<stage dir>/stats/part-<shard>.json`). A global
-stage calls `step.run_global(shard_paths, workdir, rejected_dir, map_jobs, sink_pii=...)` (`sink_pii`: the
-pii step that redacts the documents it rejects, bessemer/data/sink.py); `map_jobs` runs its parallel
-jobs on the same executor kind (local processes or Ray tasks) and the step resumes itself from its own
-markers; when it returns, `<out>/_phases/<k>/stats.json` marks the stage done. The last stage is always a
-per-shard one (with no steps when the pipeline ends in a global step), so the final output has the usual
-names and format. Rejected documents of stage k go to `<rejected>/<k>/part-<shard>.jsonl.zst`.
+one job per shard on the pipeline's runner (bessemer/data/runner.py), with its own completion markers
+(`<stage dir>/stats/part-<shard>.json`). A global stage calls `step.run_global(shard_paths, workdir,
+rejected_dir, map_jobs, sink_pii=...)` (`sink_pii`: the pii step that redacts the documents it rejects,
+bessemer/data/sink.py); `map_jobs` is the same runner's `map`, so the step's stages run as jobs there too
+(local processes or Ray tasks), and the step resumes itself from its own markers; when it returns,
+`<out>/_phases/<k>/stats.json` marks the stage done. The last stage is always a per-shard one (with no steps
+when the pipeline ends in a global step), so the final output has the usual names and format. Rejected
+documents of stage k go to `<rejected>/<k>/part-<shard>.jsonl.zst`.
 
 Every marker holds a fingerprint of the whole pipeline and the stage number, so a rerun resumes at the
 first unfinished stage (and shard) and ends with the same files as an uninterrupted run; a changed pipeline
@@ -25,27 +26,29 @@ merged over shards, and conservation is checked over the whole run.
 """
 
 import dataclasses
-import hashlib
-import json
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
-import fsspec
-
+from bessemer.data import io
 from bessemer.data.executor import (
     _Progress,
-    _write_json_atomic,
+    _run_shard_job,
     assign_shards,
     done_shard_stats,
     fingerprint,
     is_global,
-    run_shard_jobs,
     shard_done,
+    shard_job_name,
 )
-from bessemer.data.pipeline import InputConfig, OutputConfig, Pipeline, build_step, registry_paths
+from bessemer.data.pipeline import (
+    InputConfig,
+    OutputConfig,
+    Pipeline,
+    build_step,
+    registry_paths,
+)
 from bessemer.data.readers import InputFile, list_inputs
+from bessemer.data.runner import Runner, open_runner
 from bessemer.data.stats import StepStats, conservation_errors, merge_shards, summary
 from bessemer.data.writers import shard_name
 from bessemer.errors import BessemerError
@@ -76,20 +79,22 @@ def plan(steps: list[dict]) -> list[Stage]:
 
 
 def _stage_fp(fp: str, k: int) -> str:
-    return hashlib.sha256(f"{fp}/{k}".encode()).hexdigest()[:16]
+    return io.fingerprint(fp, k)
 
 
 def _phase_dir(pipeline: Pipeline, k: int) -> str:
-    return f"{pipeline.output.dir.rstrip('/')}/_phases/{k}"
+    return io.join(pipeline.output.dir, "_phases", str(k))
 
 
 def _stage_pipeline(pipeline: Pipeline, stage: Stage, last: bool) -> Pipeline:
     """The pipeline one per-shard stage runs: its steps, reading the previous stage's shards (stage > 0),
     writing the intermediate shards (or, last, the final output)."""
     out = pipeline.output
-    rejected = f"{out.rejected_dir.rstrip('/')}/{stage.index}"
-    output = (OutputConfig(dir=out.dir, format=out.format, rejected=rejected) if last
-              else OutputConfig(dir=_phase_dir(pipeline, stage.index), format=PHASE_FORMAT, rejected=rejected))
+    rejected = io.join(out.rejected_dir, str(stage.index))
+    # Intermediate shards are never routed: the route stays in the metadata for the final stage to act on.
+    output = (OutputConfig(dir=out.dir, format=out.format, rejected=rejected, routes=out.routes) if last
+              else OutputConfig(dir=_phase_dir(pipeline, stage.index), format=PHASE_FORMAT, rejected=rejected,
+                                routes=False))
     src = pipeline.input
     if stage.index > 0:  # intermediate shards hold id, text and metadata; none is too large to have got there
         src = InputConfig(paths=[_phase_dir(pipeline, stage.index - 1)], format="jsonl", text_field="text",
@@ -98,52 +103,29 @@ def _stage_pipeline(pipeline: Pipeline, stage: Stage, last: bool) -> Pipeline:
                                sink_pii=pipeline.sink_redaction())
 
 
-@contextmanager
-def _session(pipeline: Pipeline) -> Iterator[None]:
-    """One Ray for all stages (starting it costs seconds); nothing for the local executor."""
-    if pipeline.executor.kind != "ray":
-        yield
-        return
-    from bessemer.data.ray_executor import ray_session
-
-    with ray_session(pipeline.executor):
-        yield
+def _run_shards(runner: Runner, jobs: list[tuple], show: bool, step_names: list[str]) -> None:
+    with _Progress(show, len(jobs), step_names) as bar:
+        runner.map(_run_shard_job, jobs, on_done=bar.shard_done, names=[shard_job_name(j) for j in jobs])
 
 
-def _map_jobs(pipeline: Pipeline) -> Callable[[Callable, list], None]:
-    """How a global step runs its parallel jobs: Ray tasks, or `workers` local processes."""
-    ex = pipeline.executor
-    if ex.kind == "ray":
-        from bessemer.data.ray_executor import run_tasks
-
-        return lambda fn, jobs: run_tasks(fn, jobs, ex)
-    from bessemer.data.dedup_stages import local_map
-
-    return lambda fn, jobs: local_map(fn, jobs, ex.workers)
-
-
-def _run_global(pipeline: Pipeline, stage: Stage, inputs: list[str], fp: str) -> tuple[dict, list[str]]:
+def _run_global(pipeline: Pipeline, stage: Stage, inputs: list[str], fp: str,
+                runner: Runner) -> tuple[dict, list[str]]:
     """Run (or resume) a global stage; returns its step stats entry (bytes_out filled in later) and outputs."""
-    marker = f"{_phase_dir(pipeline, stage.index)}/stats.json"
-    fs, p = fsspec.core.url_to_fs(marker)
-    if fs.exists(p):
-        with fs.open(p, "r") as f:
-            done = json.load(f)
-        if done["fingerprint"] != fp:
-            raise BessemerError(f"{pipeline.output.dir} holds stage {stage.index} of a different pipeline; delete "
-                                "that directory or choose another output.dir")
+    marker = io.join(_phase_dir(pipeline, stage.index), "stats.json")
+    if io.marker_done(marker, fp, f"output.dir {pipeline.output.dir} (stage {stage.index})"):
+        done = io.read_json(marker)
         return done["step"], done["outputs"]
     spec = stage.steps[0]
     step = build_step(spec, f"steps ({spec['name']})")
     t = time.perf_counter()
     r = step.run_global(inputs, _phase_dir(pipeline, stage.index),
-                        f"{pipeline.output.rejected_dir.rstrip('/')}/{stage.index}", _map_jobs(pipeline),
+                        io.join(pipeline.output.rejected_dir, str(stage.index)), runner.map,
                         sink_pii=pipeline.sink_redaction())
     st = StepStats(spec["name"], docs_in=r["docs_in"], docs_out=r["docs_out"], seconds=time.perf_counter() - t,
                    extra=r.get("extra", {}))
     st.rejected.update(r["rejected"])
     entry = st.to_dict()
-    _write_json_atomic(marker, {"fingerprint": fp, "step": entry, "outputs": r["outputs"]})
+    io.write_marker(marker, fp, step=entry, outputs=r["outputs"])
     return entry, r["outputs"]
 
 
@@ -158,12 +140,13 @@ def run_phased(pipeline: Pipeline, files: list[InputFile], n_shards: int, limit_
     steps: list[dict] = []  # the run's stats entries, in pipeline order
     pending_global: dict | None = None  # a global step's entry, waiting for the next stage's byte count
     prev_outputs: list[str] | None = None
-    with _session(pipeline):
+    routes: dict[str, int] = {}  # of the last stage, the one that writes the final output
+    with open_runner(pipeline.executor) as runner:
         for stage in stages:
             sfp = _stage_fp(fp, stage.index)
             if stage.is_global:
                 assert prev_outputs is not None
-                pending_global, prev_outputs = _run_global(pipeline, stage, prev_outputs, sfp)
+                pending_global, prev_outputs = _run_global(pipeline, stage, prev_outputs, sfp, runner)
                 continue
             sp = _stage_pipeline(pipeline, stage, last=stage is stages[-1])
             shards = (assign_shards(files, n_shards) if prev_outputs is None
@@ -172,12 +155,13 @@ def run_phased(pipeline: Pipeline, files: list[InputFile], n_shards: int, limit_
             if budget is not None:
                 todo, budget = todo[:budget], budget - len(todo[:budget])
             jobs = [(sp, i, n_shards, shards[i], sfp, registry_paths()) for i in todo]
-            with _Progress(show, len(jobs), [s["name"] for s in stage.steps]) as bar:
-                run_shard_jobs(jobs, pipeline.executor, bar.shard_done)
+            _run_shards(runner, jobs, show, [s["name"] for s in stage.steps])
             per_shard = done_shard_stats(sp, n_shards, sfp)
             if len(per_shard) < n_shards:
                 return {"complete": False, "stage": stage.index, "shards_done": len(per_shard), "shards": n_shards}
-            merged = merge_shards(per_shard)["steps"]
+            merged_stage = merge_shards(per_shard)
+            routes = merged_stage.get("routes", {})
+            merged = merged_stage["steps"]
             if pending_global is not None:
                 # This stage's input step read exactly what the global step kept: its bytes are the step's output.
                 read = merged.pop(0)
@@ -187,12 +171,14 @@ def run_phased(pipeline: Pipeline, files: list[InputFile], n_shards: int, limit_
                 steps.append(pending_global)
                 pending_global = None
             steps += merged
-            prev_outputs = [f"{sp.output.dir.rstrip('/')}/{shard_name(i, sp.output.format)}" for i in range(n_shards)]
+            prev_outputs = [io.join(sp.output.dir, shard_name(i, sp.output.format)) for i in range(n_shards)]
     stats = [StepStats.from_dict(s) for s in steps]
     merged_all = {**summary(stats, shards=n_shards), "complete": True,
                   "stages": [{"index": s.index, "global": s.is_global, "steps": [x["name"] for x in s.steps]}
                              for s in stages]}
-    _write_json_atomic(f"{pipeline.output.dir.rstrip('/')}/stats.json", merged_all)
+    if routes:
+        merged_all["routes"] = routes
+    io.write_json(io.join(pipeline.output.dir, "stats.json"), merged_all)
     errors = conservation_errors(stats)
     if errors:
         raise BessemerError("documents lost or created without a reason: " + "; ".join(errors))
@@ -217,14 +203,15 @@ def run_pipeline(pipeline: Pipeline, limit_shards: int | None = None, progress: 
         todo = todo[:limit_shards]
     jobs = [(pipeline, i, n_shards, shards[i], fp, registry_paths()) for i in todo]
     show = sys.stderr.isatty() if progress is None else progress
-    with _Progress(show, len(todo), [s.get("name", "?") for s in pipeline.steps]) as bar:
-        run_shard_jobs(jobs, pipeline.executor, bar.shard_done)
+    if jobs:
+        with open_runner(pipeline.executor) as runner:
+            _run_shards(runner, jobs, show, [s.get("name", "?") for s in pipeline.steps])
     per_shard = done_shard_stats(pipeline, n_shards, fp)
     if len(per_shard) < n_shards:
         partial = merge_shards(per_shard) if per_shard else {}
         return {**partial, "complete": False, "shards_done": len(per_shard), "shards": n_shards}
     merged = {**merge_shards(per_shard), "complete": True}
-    _write_json_atomic(f"{pipeline.output.dir.rstrip('/')}/stats.json", merged)
+    io.write_json(io.join(pipeline.output.dir, "stats.json"), merged)
     errors = conservation_errors([StepStats.from_dict(s) for s in merged["steps"]])
     if errors:
         raise BessemerError("documents lost or created without a reason: " + "; ".join(errors))

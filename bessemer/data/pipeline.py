@@ -63,9 +63,11 @@ STEPS: dict[str, type | str] = {
     "pii": "bessemer.data.pii:PiiStep",
     "normalize": "bessemer.data.normalize:NormalizeStep",
     "quality": "bessemer.data.quality:QualityStep",
+    "url": "bessemer.data.url:UrlStep",
     "extract": "bessemer.data.extract:ExtractStep",
-    "dedup": "bessemer.data.dedup_step:DedupStep",
-    "semantic-dedup": "bessemer.data.semantic:SemanticDedupStep",
+    "lang": "bessemer.data.lang:LangStep",
+    "dedup": "bessemer.data.dedup.step:DedupStep",
+    "semantic-dedup": "bessemer.data.dedup.semantic:SemanticDedupStep",
 }
 
 
@@ -136,13 +138,17 @@ class InputConfig:
 
 @dataclass
 class ExecutorConfig:
-    kind: Literal["local", "ray"] = _opt("local", "Where shards run: local processes, or Ray tasks "
-                                                  "(bessemer/data/ray_executor.py; needs `pip install ray`).")
-    workers: int = _opt(1, "Processes running shards at once; 1 = in this process. Ray: CPUs of the local "
+    kind: Literal["local", "ray"] = _opt("local", "Where jobs run: local processes, or Ray tasks "
+                                                  "(bessemer/data/runner.py; needs `pip install ray`).")
+    workers: int = _opt(1, "Processes running jobs at once; 1 = in this process. Ray: CPUs of the local "
                            "Ray started when no address is given.")
     shards: int = _opt(0, "Output shards (input files are dealt round-robin); 0 = one per input file.")
-    address: str = _opt("", "Ray only: cluster to connect to (\"auto\", \"ray://head:10001\"); empty = start a "
-                            "local Ray with `workers` CPUs.")
+    address: str = _opt("", "Ray only: the cluster to join: HOST:PORT of its head (as `ray start --head` "
+                            "prints it), \"auto\" or \"ray://head:10001\"; empty = start a local Ray with "
+                            "`workers` CPUs.")
+    task_cpus: float = _opt(1.0, "Ray only: CPUs each task (a shard, a dedup stage's job) asks for.")
+    task_memory_mb: int = _opt(1024, "Ray only: memory each task asks for (MB; 0 = none); Ray places a task "
+                                     "only on a node with that much unreserved.")
 
     def validate(self) -> None:
         if self.address and self.kind != "ray":
@@ -151,6 +157,10 @@ class ExecutorConfig:
             raise ConfigError(f"executor.workers: must be >= 1, got {self.workers}")
         if self.shards < 0:
             raise ConfigError(f"executor.shards: must be >= 0 (0 = one per input file), got {self.shards}")
+        if self.task_cpus <= 0:
+            raise ConfigError(f"executor.task_cpus: must be > 0, got {self.task_cpus}")
+        if self.task_memory_mb < 0:
+            raise ConfigError(f"executor.task_memory_mb: must be >= 0 (0 = declare none), got {self.task_memory_mb}")
 
 
 @dataclass
@@ -158,6 +168,8 @@ class OutputConfig:
     dir: str = _opt("", "Output directory: part-<shard>.<format>, stats/, stats.json.")
     format: Literal["jsonl", "jsonl.zst", "parquet"] = _opt("jsonl.zst", "Format of the output shards.")
     rejected: str = _opt("", "Directory of the exclusion sink (JSONL .zst per shard); empty = <dir>/rejected.")
+    routes: bool = _opt(True, "Write documents that carry metadata.route (the lang step's `routes`) to "
+                               "<dir>/<route>/part-<shard>.<format>; false = everything to <dir>.")
 
     def validate(self) -> None:
         if not self.dir:
@@ -246,6 +258,10 @@ def _check(value: Any, tp: Any, key: str, where: str) -> Any:
         return value
     if tp is int and (not isinstance(value, int) or isinstance(value, bool)):
         raise ConfigError(f"{key}: expected an integer, got {value!r} ({where})")
+    if tp is float:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise ConfigError(f"{key}: expected a number, got {value!r} ({where})")
+        return float(value)
     if tp is str and not isinstance(value, str):
         raise ConfigError(f"{key}: expected a string, got {value!r} ({where})")
     return value

@@ -106,7 +106,9 @@ class QualityStep(Step):
 
     def classifier(self):
         if self._classifier is None:
-            from bessemer.data.quality_model import QualityModel  # fastText loads only when a model is set
+            from bessemer.data.quality_model import (
+                QualityModel,  # fastText loads only when a model is set
+            )
 
             self._classifier = QualityModel(self.model)
         return self._classifier

@@ -6,7 +6,8 @@ executor routes it to the exclusion sink, exactly as it does for documents a ste
 cut short (truncated .gz/.zst/WARC) keeps the records read before the cut and adds one rejected
 pseudo-record `input.truncated` naming the file. Rules and reasons: docs/data.md.
 
-Paths go through fsspec, so `s3://bucket/x.jsonl.zst` works like a local path (with s3fs installed).
+Paths go through fsspec (bessemer/data/io.py), so `s3://bucket/x.jsonl.zst` works like a local path (with
+s3fs installed).
 """
 
 import gzip
@@ -17,9 +18,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-import fsspec
 import zstandard
 
+from bessemer.data import io as data_io
 from bessemer.data.document import Document
 from bessemer.data.pipeline import InputConfig, reject
 from bessemer.errors import BessemerError
@@ -50,8 +51,8 @@ def list_inputs(paths: list[str], format: str) -> list[InputFile]:
     shard assignment is deterministic. A path that matches nothing is an error."""
     found: dict[str, InputFile] = {}
     for entry in paths:
-        fs, root = fsspec.core.url_to_fs(entry)
-        unstrip = (lambda p: p) if _is_local(fs) else fs.unstrip_protocol
+        fs, root = data_io.url_to_fs(entry)
+        unstrip = (lambda p: p) if data_io.is_local(entry) else fs.unstrip_protocol
         if fs.isdir(root):
             base = root.rstrip("/")
             files = [p for p in fs.find(base) if p.endswith(SUFFIXES[format])]
@@ -69,12 +70,8 @@ def list_inputs(paths: list[str], format: str) -> list[InputFile]:
     return sorted(found.values(), key=lambda f: f.url)
 
 
-def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
-    return "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
-
-
 def file_size(url: str) -> int:
-    fs, path = fsspec.core.url_to_fs(url)
+    fs, path = data_io.url_to_fs(url)
     return int(fs.size(path) or 0)
 
 
@@ -128,7 +125,9 @@ class _ZstdRaw(io.RawIOBase):
 def open_bytes(url: str):
     """A binary stream of the file's contents, decompressed by suffix (.gz, .zst). Usable as a context
     manager; closing it closes the file."""
-    raw = fsspec.open(url, "rb").open()
+    raw = data_io.open_url(url, "rb")
+    if not data_io.is_local(url):  # an object store's file object has no readline(limit): buffer it here
+        raw = io.BufferedReader(raw, buffer_size=1 << 20)
     if url.endswith(".gz"):
         return gzip.GzipFile(fileobj=raw, mode="rb")
     if url.endswith(".zst"):
@@ -159,6 +158,19 @@ def read_jsonl(url: str, name: str, cfg: InputConfig) -> Iterator[Document]:
     1-based); a `metadata` object is merged into the metadata, every other field is copied into it. Blank
     lines are not records. Lines are read with a size cap, so a huge line costs at most `max_doc_bytes`
     of memory before it is rejected as `input.too_large`."""
+    for item in read_jsonl_lines(url, name, cfg):
+        if isinstance(item, Document):
+            yield item
+            continue
+        doc = parse_jsonl_line(url, name, *item, cfg)
+        if doc is not None:
+            yield doc
+
+
+def read_jsonl_lines(url: str, name: str, cfg: InputConfig) -> Iterator[tuple[int, bytes] | Document]:
+    """The lines of a JSONL file as (1-based line number, bytes), unparsed (`parse_jsonl_line` makes one a
+    Document); a line over `max_doc_bytes` or a read failure comes as its rejected Document instead. For a
+    caller that passes most lines on as they are (the dedup filter)."""
     prefix, lineno = stem(name), 0
     try:
         with open_bytes(url) as f:
@@ -169,11 +181,14 @@ def read_jsonl(url: str, name: str, cfg: InputConfig) -> Iterator[Document]:
                     yield reject(Document(f"{prefix}/{lineno}", ""), "input.too_large", source=f"{url}:{lineno}",
                                  size=size, raw=repr(line[:_RAW_PREVIEW]))
                     continue
-                doc = _parse_line(line, f"{prefix}/{lineno}", f"{url}:{lineno}", cfg)
-                if doc is not None:
-                    yield doc
+                yield lineno, line
     except _read_errors() as e:
         yield _file_failed(name, url, e, at=f"line {lineno}")
+
+
+def parse_jsonl_line(url: str, name: str, lineno: int, line: bytes, cfg: InputConfig) -> Document | None:
+    """The Document of one line of `read_jsonl_lines` (None for a blank line)."""
+    return _parse_line(line, f"{stem(name)}/{lineno}", f"{url}:{lineno}", cfg)
 
 
 def _skip_line(f) -> int:
@@ -235,7 +250,7 @@ def read_parquet(url: str, name: str, cfg: InputConfig) -> Iterator[Document]:
 
     prefix, row = stem(name), 0
     try:
-        with fsspec.open(url, "rb") as f:
+        with data_io.open_url(url, "rb") as f:
             pf = pq.ParquetFile(f)
             if cfg.text_field not in pf.schema_arrow.names:
                 yield reject(Document(f"{prefix}#missing_text", ""), "input.missing_text", source=url,
@@ -323,7 +338,7 @@ def read_warc(url: str, name: str, cfg: InputConfig) -> Iterator[Document]:
 
     n = 0
     try:
-        with fsspec.open(url, "rb") as f:
+        with data_io.open_url(url, "rb") as f:
             for record in ArchiveIterator(f):
                 if record.rec_type != "response" or record.http_headers is None:
                     continue

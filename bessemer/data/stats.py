@@ -97,4 +97,10 @@ def merge_shards(shard_stats: list[dict]) -> dict:
     for other in shard_stats[1:]:
         for mine, theirs in zip(merged, other["steps"], strict=True):
             mine.merge(StepStats.from_dict(theirs))
-    return summary(merged, shards=len(shard_stats))
+    out = summary(merged, shards=len(shard_stats))
+    routes: Counter = Counter()
+    for d in shard_stats:
+        routes.update(d.get("routes", {}))
+    if routes:
+        out["routes"] = dict(sorted(routes.items()))  # documents written to <dir>/<route>/ (in docs_out)
+    return out

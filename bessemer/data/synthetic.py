@@ -3,7 +3,7 @@
 Each cluster is a base document plus variants: 5-10% of the base's words edited (substituted, inserted or
 deleted) in runs of 6-16 words, the way a re-post changes a phrase or a sentence here and there. (Edits
 scattered one word at a time destroy up to 5 word 5-grams each: 10% of words edited that way leaves pair
-Jaccard near 0.4, below what 14x8 LSH is built to find.) Hard negatives
+Jaccard near 0.4, below what the 16x7 LSH is built to find.) Hard negatives
 copy 40-60% of a cluster's base (whole sentences, in a row) and fill the rest with new text: related
 documents that are not duplicates. Singletons are unrelated documents.
 """

@@ -1,18 +1,22 @@
 """The domain-mixture loader: every global batch holds each domain's share of sequences within a tolerance.
 
 Streams. Domain d's documents, from every shard of every dataset (data.path, then data.paths, in order),
-form its own stream doc EOS doc EOS ..., read with wrap-around: a domain the mixture asks for more often
-than its size allows starts over (is upsampled); its epoch counter says how many times.
+form its own stream doc EOS doc EOS ..., cut into n_d = stream_len // (seq_len+1) sequences (at least one;
+a stream shorter than a sequence is read with wrap-around). The domain draws its sequences epoch by epoch,
+each epoch in its own seeded permutation (order.py, keyed by run.seed, the epoch and the domain's name): a
+domain the mixture asks for more often than its size allows starts another epoch (is upsampled); its epoch
+counter says how many times.
 
 Batches. Global batch k holds n_d sequences of domain d (composition.py: floor or ceiling of G w_d, with the
-rounding error carried so the long-run share is exactly w_d), each seq_len+1 tokens cut from its domain's
-stream, so a sequence is domain-pure and token shares equal sequence shares. Their order interleaves the
-domains (seeded by run.seed and k). Every rank computes the same composition; data-parallel rank r of W
-takes sequences [r G/W, (r+1) G/W) of it, in micro-batches — like TokenLoader.
+rounding error carried so the long-run share is exactly w_d), so a sequence is domain-pure and token shares
+equal sequence shares. Their order interleaves the domains (seeded by run.seed and k). Every rank computes
+the same composition; data-parallel rank r of W takes sequences [r G/W, (r+1) G/W) of it, in micro-batches
+— like TokenLoader.
 
-State (Stateful): the step, the micro-batch within it, each domain's stream offset, the carried rounding
-error and the current weights (after the schedule and reweighting). A batch is a function of the state at
-the start of its step, so a resumed run — also mid-step under the same layout — gives the same batches.
+State (Stateful): the step, the micro-batch within it, each domain's (epoch, position in the epoch), the
+carried rounding error and the current weights (after the schedule and reweighting). A batch is a function
+of the state at the start of its step, so a resumed run — also mid-step under the same layout — gives the
+same batches.
 """
 
 import math
@@ -23,8 +27,15 @@ import torch
 import torch.distributed as dist
 
 from bessemer.config import DataConfig
-from bessemer.dataset.composition import compose, interleave, normalized, parse_schedule, reweight
+from bessemer.dataset.composition import (
+    compose,
+    interleave,
+    normalized,
+    parse_schedule,
+    reweight,
+)
 from bessemer.dataset.loader import TokenLoader
+from bessemer.dataset.order import permute, stream_tag
 from bessemer.dataset.shards import TokenDataset
 from bessemer.errors import BessemerError
 
@@ -111,7 +122,8 @@ class MixtureLoader:
                                                                                            self.domains)}
         self.step = 0  # global batches completed
         self.micro = 0  # micro-batches of the current step already handed out on this rank
-        self.offsets = [0] * len(self.domains)  # where each domain's stream continues (grows past one epoch)
+        self.num_sequences = [max(1, st.stream_len // self.sample_len) for st in self.streams]  # per epoch
+        self.drawn = [0] * len(self.domains)  # sequences each domain has given so far, over all epochs
         self.lag = [0.0] * len(self.domains)
         self.weights = list(self.base)
         self.last_domains = torch.zeros(0, dtype=torch.int64)  # domain index per sample of the last micro-batch
@@ -129,10 +141,14 @@ class MixtureLoader:
             counts, lag = compose(weights, self.global_batch, self.lag)
             order = interleave(counts, self.seed, self.step)
             starts = np.empty(self.global_batch, dtype=np.int64)
-            seen = [0] * len(counts)
-            for i, d in enumerate(order.tolist()):
-                starts[i] = self.offsets[d] + seen[d] * self.sample_len
-                seen[d] += 1
+            for d, n in enumerate(counts):
+                epochs, positions = np.divmod(self.drawn[d] + np.arange(n), self.num_sequences[d])
+                seqs = np.empty(n, dtype=np.int64)
+                for e in np.unique(epochs):
+                    sel = epochs == e
+                    seqs[sel] = permute(positions[sel], self.num_sequences[d], self.seed, int(e),
+                                        stream_tag(self.domains[d]))
+                starts[order == d] = seqs * self.sample_len
             self._plan = _Plan(counts, order, starts, lag, list(weights))
         return self._plan
 
@@ -152,7 +168,7 @@ class MixtureLoader:
 
     def _finish_step(self, plan: _Plan) -> None:
         for d, n in enumerate(plan.counts):
-            self.offsets[d] += n * self.sample_len
+            self.drawn[d] += n
         self.lag, self.weights = plan.lag, plan.weights
         self.last_step = {
             "domain_tokens_share": {name: round(n / self.global_batch, 6) for name, n in zip(self.domains,
@@ -179,25 +195,28 @@ class MixtureLoader:
 
     def domain_epochs(self) -> dict[str, float]:
         """Passes over each domain's stream so far; above 1, the domain has been upsampled (repeated)."""
-        return {s.name: round(o / s.stream_len, 4) for s, o in zip(self.streams, self.offsets)}
+        return {name: round(k / n, 4) for name, k, n in zip(self.domains, self.drawn, self.num_sequences)}
 
     @property
     def epoch(self) -> float:
-        return sum(self.offsets) / sum(s.stream_len for s in self.streams)
+        return sum(self.drawn) / sum(self.num_sequences)
 
     def state_dict(self) -> dict:
         names = self.domains
-        return {"step": self.step, "micro": self.micro, "offsets": dict(zip(names, self.offsets)),
+        epochs = [divmod(k, n) for k, n in zip(self.drawn, self.num_sequences)]
+        return {"step": self.step, "micro": self.micro, "epochs": {n: e for n, (e, _) in zip(names, epochs)},
+                "positions": {n: p for n, (_, p) in zip(names, epochs)}, "sample_len": self.sample_len,
                 "lag": dict(zip(names, self.lag)), "weights": dict(zip(names, self.weights)),
                 "stream_lens": {s.name: s.stream_len for s in self.streams},
                 "configured": {"domains": dict(zip(names, self.base)), "schedule": list(self.cfg.weight_schedule)}}
 
     def load_state_dict(self, state: dict) -> None:
-        if "offsets" not in state:
+        if "positions" not in state and "offsets" not in state:
             raise BessemerError("the checkpoint's data position is a single stream's (no data.domains when it was "
                                 "saved); a domain mixture cannot continue from it")
-        if list(state["offsets"]) != self.domains:
-            raise BessemerError(f"the checkpoint's mixture has domains {', '.join(state['offsets'])}; data.domains "
+        saved = list(state.get("positions", state.get("offsets")))
+        if saved != self.domains:
+            raise BessemerError(f"the checkpoint's mixture has domains {', '.join(saved)}; data.domains "
                                 f"now has {', '.join(self.domains)}")
         lens = {s.name: s.stream_len for s in self.streams}
         if state["stream_lens"] != lens:
@@ -205,7 +224,13 @@ class MixtureLoader:
                                 f"{lens}: not the same data")
         assert state["micro"] < self.accum_steps, f"micro {state['micro']} >= accumulation steps {self.accum_steps}"
         self.step, self.micro = int(state["step"]), int(state["micro"])
-        self.offsets = [int(state["offsets"][n]) for n in self.domains]
+        if "positions" in state:
+            # Another seq_len continues after as many tokens of each domain.
+            old_len = int(state["sample_len"])
+            self.drawn = [(int(state["epochs"][n]) * max(1, st.stream_len // old_len) + int(state["positions"][n]))
+                          * old_len // self.sample_len for n, st in zip(self.domains, self.streams)]
+        else:  # saved by the sequential mixture of earlier versions: token offsets into each domain's stream
+            self.drawn = [int(state["offsets"][n]) // self.sample_len for n in self.domains]
         configured = {"domains": dict(zip(self.domains, self.base)), "schedule": list(self.cfg.weight_schedule)}
         if state["configured"] == configured:
             self.lag = [float(state["lag"][n]) for n in self.domains]

@@ -8,7 +8,9 @@ A dataset is a directory:
                           domains (uint16, one label per document; names in index.json)
 
 Documents are stored without separators; readers put EOS after each one. index.json is written last and
-atomically, so a directory with an index is complete.
+atomically, so a directory with an index is complete. A shard entry of the index may carry its own
+`domains` list: its labels then number that list (a shard written by a worker that did not know the other
+workers' domains), and TokenDataset maps them to the index's `domains`.
 """
 
 import json
@@ -79,22 +81,36 @@ class ShardWriter:
         if not self._lengths:
             return
         name = f"shard_{len(self.shards):05d}"
-        tokens = np.concatenate(self._tokens)
-        offsets = np.zeros(len(self._lengths) + 1, dtype=np.int64)
-        np.cumsum(self._lengths, out=offsets[1:])
-        _atomic_write(self.dir / f"{name}.bin", tokens.tobytes())
-        with open(self.dir / f"{name}.idx.npz.tmp", "wb") as f:
-            np.savez(f, offsets=offsets, domains=np.asarray(self._doc_domains, dtype=np.uint16))
-        os.replace(self.dir / f"{name}.idx.npz.tmp", self.dir / f"{name}.idx.npz")
-        self.shards.append({"name": name, "tokens": int(tokens.size), "docs": len(self._lengths)})
+        self.shards.append(write_shard(self.dir, name, self._tokens, self._doc_domains, self.dtype))
         self._tokens, self._lengths, self._doc_domains, self._pending = [], [], [], 0
 
     def close(self) -> Path:
         self._flush()
-        index = {"format": FORMAT, "dtype": self.dtype.name, "vocab_size": self.vocab_size, "eos_id": self.eos_id,
-                 "tokenizer": self.tokenizer, "domains": self.domains, "shards": self.shards}
-        _atomic_write(self.dir / INDEX, json.dumps(index, indent=1).encode())
+        write_index(self.dir, self.vocab_size, self.eos_id, self.tokenizer, self.domains, self.shards)
         return self.dir
+
+
+def write_shard(out_dir: Path, name: str, docs: list[np.ndarray], labels: list[int] | np.ndarray,
+                dtype: np.dtype) -> dict:
+    """Write one shard (`name`.bin and `name`.idx.npz, each atomically) of `docs` (token arrays, in order) with
+    their domain labels; returns its index entry."""
+    lengths = np.fromiter((d.size for d in docs), dtype=np.int64, count=len(docs))
+    tokens = np.concatenate(docs).astype(dtype, copy=False) if docs else np.zeros(0, dtype)
+    offsets = np.zeros(len(docs) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    _atomic_write(out_dir / f"{name}.bin", tokens.tobytes())
+    with open(out_dir / f"{name}.idx.npz.tmp", "wb") as f:
+        np.savez(f, offsets=offsets, domains=np.asarray(labels, dtype=np.uint16))
+    os.replace(out_dir / f"{name}.idx.npz.tmp", out_dir / f"{name}.idx.npz")
+    return {"name": name, "tokens": int(tokens.size), "docs": len(docs)}
+
+
+def write_index(out_dir: Path, vocab_size: int, eos_id: int, tokenizer: str, domains: list[str],
+                shards: list[dict]) -> None:
+    """index.json, written last: it makes the directory a dataset (the shards it lists must exist)."""
+    index = {"format": FORMAT, "dtype": token_dtype(vocab_size).name, "vocab_size": vocab_size, "eos_id": eos_id,
+             "tokenizer": tokenizer, "domains": domains, "shards": shards}
+    _atomic_write(Path(out_dir) / INDEX, json.dumps(index, indent=1, ensure_ascii=False).encode())
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -160,6 +176,9 @@ class TokenDataset:
                 raise BessemerError(f"{bin_path}: expected {expected} bytes ({meta['tokens']} tokens), found {size}")
             with np.load(self.path / f"{meta['name']}.idx.npz", allow_pickle=False) as idx:
                 offsets, domains = idx["offsets"], idx["domains"]
+            if "domains" in meta:  # labels local to the shard
+                lookup = np.array([self.domains.index(d) for d in meta["domains"]] or [0], dtype=np.uint16)
+                domains = lookup[domains]
             if offsets[-1] != meta["tokens"] or offsets.size != meta["docs"] + 1:
                 raise BessemerError(f"{self.path / meta['name']}.idx.npz does not match index.json")
             tokens = np.memmap(bin_path, dtype=dtype, mode="r") if meta["tokens"] else np.zeros(0, dtype)

@@ -118,11 +118,10 @@ def build_token_data(out_dir: str | Path, vocab_size: int, code_bytes: int = 2_0
     """Documents (`docs`, e.g. the curated ones; default: the clean corpus) -> byte-level BPE tokenizer ->
     token shards, all under `out_dir`; returns the shard directory.
 
-    Documents are written in a seeded random order so that a sequential read mixes the domains.
+    The shards are written by `bessemer tokenizer encode`'s code (tokenizer/encode.py), which shuffles the
+    documents with `seed`, so a sequential read mixes the domains.
     """
-    import random
-
-    from bessemer.tokenizer.bpe import encode_to_shards
+    from bessemer.tokenizer.encode import encode_inputs
     from bessemer.tokenizer.train import train_tokenizer
 
     out_dir = Path(out_dir)
@@ -135,5 +134,10 @@ def build_token_data(out_dir: str | Path, vocab_size: int, code_bytes: int = 2_0
     # The domain-aware byte-level BPE (tokenizer/pretok.py), with a tag token per domain.
     tokenizer = train_tokenizer(((d["text"], d["metadata"]["domain"]) for d in docs), vocab_size,
                                 out_dir / "tokenizer", kind="bpe")
-    random.Random(seed).shuffle(docs)
-    return encode_to_shards(tokenizer, ((d["text"], d["metadata"]["domain"]) for d in docs), out_dir / "shards")
+    source = out_dir / "encode_input.jsonl"
+    with open(source, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({"text": d["text"], "metadata": {"domain": d["metadata"]["domain"]}},
+                                ensure_ascii=False) + "\n" for d in docs)
+    encode_inputs(tokenizer, source, out_dir / "shards", seed=seed)
+    source.unlink()
+    return out_dir / "shards"

@@ -39,7 +39,8 @@ def run_demo(run_dir: str | Path, overrides: list[str] = ()) -> Path:
 
     t0 = time.perf_counter()
     print("[1/4] curate: raw corpus (Python's own docs and sources + Chinese prose, with planted duplicates, "
-          "PII, junk and JavaScript-only pages) -> extract -> normalize -> quality -> pii -> dedup", flush=True)
+          "PII, junk and JavaScript-only pages) -> url -> extract -> lang -> normalize -> quality -> pii -> dedup",
+          flush=True)
     stats = curate(build_raw_corpus(run_dir / "data" / "raw", seed=cfg.run.seed), run_dir / "curated")
     for st in stats["steps"]:
         reasons = ", ".join(f"{r} {n}" for r, n in sorted(st["rejected"].items()))

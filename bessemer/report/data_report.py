@@ -35,8 +35,9 @@ def _cell(v) -> str:
     return f"<td>{html.escape(str(v))}</td>"
 
 
-def build_data_report(out_dir: str | Path) -> Path:
-    """Write <out_dir>/report/index.html and docs.png from <out_dir>/stats.json; returns the HTML path."""
+def build_data_report(out_dir: str | Path, title: str | None = None) -> Path:
+    """Write <out_dir>/report/index.html and docs.png from <out_dir>/stats.json; returns the HTML path.
+    `title` defaults to the directory's name."""
     out_dir = Path(out_dir)
     stats_path = out_dir / "stats.json"
     if not stats_path.is_file():
@@ -67,7 +68,7 @@ def build_data_report(out_dir: str | Path) -> Path:
                ("shards", stats.get("shards", "")),
                ("processing time (sum over shards)", f"{sum(s['seconds'] for s in steps):.1f} s")]
     summary_table = "\n".join(f"<tr><th>{html.escape(k)}</th>{_cell(v)}</tr>" for k, v in summary)
-    title = html.escape(out_dir.resolve().name)
+    title = html.escape(title or out_dir.resolve().name)
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>bessemer data report: {title}</title>
 <style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}} th{{text-align:left;padding-right:2em}}

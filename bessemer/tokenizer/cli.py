@@ -8,6 +8,7 @@ import sys
 from bessemer.errors import BessemerError
 
 KINDS = ("bpe", "sentencepiece")  # common.KINDS; repeated so that building the parser imports nothing
+FORMATS = ("auto", "jsonl", "parquet", "text")  # inputs.FORMATS
 
 
 def _count(text: str) -> int:
@@ -21,6 +22,8 @@ def _count(text: str) -> int:
 
 
 def _fields(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", choices=FORMATS, default="auto",
+                   help="how to read the inputs (default auto: .parquet, .txt, else JSONL by suffix)")
     p.add_argument("--text-field", default="text", help="JSON field with the text (dotted path; default text)")
     p.add_argument("--domain-field", default="metadata.domain",
                    help="JSON field with the document's domain (dotted path; default metadata.domain)")
@@ -29,8 +32,9 @@ def _fields(p: argparse.ArgumentParser) -> None:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tokenizer", help="train a domain-aware tokenizer, encode documents to token shards, "
                                          "measure compression per domain",
-                       description="Inputs (CLEAN) are .jsonl, .jsonl.gz, .jsonl.zst or .txt files, or directories "
-                                   "of them. See docs/tokenizer.md.")
+                       description="Inputs (CLEAN) are what `bessemer data` reads and writes: JSONL (.jsonl, .gz, "
+                                   ".zst), Parquet or .txt files, directories or globs of them, local or fsspec URLs. "
+                                   "See docs/tokenizer.md.")
     actions = p.add_subparsers(dest="tokenizer_command", required=True, metavar="ACTION")
 
     t = actions.add_parser("train", help="learn a byte-level BPE (or Unigram) vocabulary; writes DIR/tokenizer.json",
@@ -48,8 +52,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="domain tags to reserve (<|domain:A|>); domains found in the input are added too")
     _fields(t)
 
-    e = actions.add_parser("encode", help="documents -> token shards (parallel, resumable, appendable)",
-                           description="Encode documents into token shards (dataset/shards.py). Rerunning after an "
+    e = actions.add_parser("encode", help="documents -> token shards (parallel, shuffled, resumable, appendable)",
+                           description="Encode documents into token shards (dataset/shards.py). Each worker reads, "
+                                       "tokenizes and writes whole input files; documents are shuffled by --seed "
+                                       "across --buckets shards and within each shard. Rerunning after an "
                                        "interruption continues; new inputs into an existing directory are appended.")
     e.add_argument("--tokenizer", required=True, metavar="DIR")
     e.add_argument("--input", required=True, action="append", metavar="CLEAN", help="repeatable")
@@ -57,9 +63,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--domain", default=None, metavar="NAME",
                    help="label every document with NAME (default: each document's --domain-field, else 'default')")
     e.add_argument("--workers", type=_count, default=os.cpu_count() or 1, metavar="N",
-                   help="encoding processes (default: one per CPU)")
-    e.add_argument("--shard-tokens", type=_count, default=1 << 26, metavar="N",
-                   help="tokens per shard before rolling to the next (default 64M)")
+                   help="encoding processes, each taking whole input files (default: one per CPU)")
+    e.add_argument("--shard-tokens", type=_count, default=1 << 24, metavar="N",
+                   help="tokens per shard before it is written (default 16M); a worker holds at most "
+                        "buckets x N tokens")
+    e.add_argument("--buckets", type=_count, default=4, metavar="B",
+                   help="shards each input file's documents are spread over by a seeded hash (default 4)")
+    e.add_argument("--seed", type=int, default=0, help="seed of the document order (default 0)")
     e.add_argument("--tag-domain", action="store_true", help="put <|domain:NAME|> before each document")
     e.add_argument("--no-progress", action="store_true", help="no progress bar (there is none off a terminal)")
     _fields(e)
@@ -81,14 +91,14 @@ def _report_bad(summary: str) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.tokenizer_command == "train":
         from bessemer.tokenizer.common import META_FILE
-        from bessemer.tokenizer.inputs import BadLines, read_documents
+        from bessemer.tokenizer.inputs import BadRecords, list_sources, read_documents
         from bessemer.tokenizer.train import NoDocuments, train_tokenizer
 
-        bad = BadLines()
+        bad = BadRecords()
+        list_sources(args.input, args.format)  # a missing input fails now, not once training has started
 
         def docs():
-            for path in args.input:
-                yield from read_documents(path, bad, args.text_field, args.domain_field)
+            yield from read_documents(args.input, bad, args.text_field, args.domain_field, args.format)
 
         domains = [d.strip() for d in args.domains.split(",") if d.strip()]
         try:
@@ -111,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             result = encode_inputs(args.tokenizer, args.input, args.output, args.domain, args.workers,
                                    args.shard_tokens, args.text_field, args.domain_field, args.tag_domain,
-                                   progress=not args.no_progress)
+                                   progress=not args.no_progress, seed=args.seed, buckets=args.buckets,
+                                   input_format=args.format)
         except KeyboardInterrupt:
             print("bessemer tokenizer: interrupted; the shards written so far are kept, rerun the same command "
                   "to continue", file=sys.stderr)
@@ -123,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         from bessemer.tokenizer.stats import format_stats, tokenizer_stats
 
         stats = tokenizer_stats(args.tokenizer, args.input, args.text_field, args.domain_field, args.domain,
-                                args.max_docs)
+                                args.max_docs, input_format=args.format)
         _report_bad(stats["bad_lines_summary"])
         print(json.dumps(stats, indent=1, ensure_ascii=False) if args.json else format_stats(stats))
         return 0

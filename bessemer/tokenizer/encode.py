@@ -1,20 +1,27 @@
-"""`bessemer tokenizer encode`: clean documents -> token shards, in parallel, resumable, appendable. No torch.
+"""`bessemer tokenizer encode`: clean documents -> token shards, in parallel, shuffled, resumable, appendable.
+No torch.
 
-Worker processes encode batches of documents (`encode_batch`); the parent writes the results in input
-order through `ShardWriter`, so the output is the same byte for byte whatever the number of workers.
+Work. Every input file is one task. A worker process takes a task and does all of it: reads the file through
+the curation readers (inputs.py), tokenizes batches of documents (`encode_batch`), and writes the task's own
+shard files. The parent only hands out tasks, records finished ones and writes the index; no token passes
+through it. The output depends on the inputs, the tokenizer and the settings only — not on the number of
+workers or the order in which tasks finish (tested byte for byte).
+
+Shuffle. Document k of a task goes to one of `buckets` open shards, chosen by a hash of (seed, task, k)
+(order.bucket_of); a bucket's documents are written when it holds `shard_tokens` tokens, in a seeded
+permutation of the window (order.permute keyed by seed, task, bucket and window). So neighbours in the input
+land in different shards, the order inside a shard is shuffled, and a worker holds at most
+buckets x shard_tokens tokens in memory. The index lists a run's shards bucket by bucket (bucket, task,
+window), so reading the shards in order interleaves the input files. The same seed gives the same order.
 
 Resume and append. Beside the shards the output directory holds `encode_progress.json`: the tokenizer's
-sha256, the shards and domain names committed so far, and one entry per input file ever encoded into it
-(path, size, domain override, lines consumed, complete). It is rewritten (atomically) each time a shard is
-written, recording where in the input that shard ends. A rerun of the same command therefore:
-- skips files marked complete (a finished output is not redone),
-- deletes shard files past the committed ones (written after the last commit, or half written), and
-- continues the interrupted file after its last committed line, into the next shard number.
-Shards roll at the same points as in an uninterrupted run, so the result is identical to one.
-A command naming input files the directory has not seen appends them: encode web, then code into the same
-directory, and index.json lists both domains and all shards. index.json is rewritten at the end of each
-run; while a run is in progress the previous run's index (still valid: its shards are untouched) stays.
-The same file cannot be appended twice under different domains, nor resumed after it changed size.
+sha256 and one entry per input file ever encoded into it (URL, size, domain override, task number, run,
+settings, complete, and its shards once complete). It is rewritten (atomically) whenever a task finishes.
+A rerun of the same command skips complete files, deletes the shard files of unfinished tasks and does those
+again (at most one file per worker is redone). Inputs the directory has not seen are appended as a new run, after the shards already there.
+index.json is rewritten at the end of each run; while a run is in progress the previous index (whose shards
+are untouched) stays valid. The same file cannot be appended under another domain, nor resumed after it
+changed size.
 """
 
 import hashlib
@@ -22,21 +29,31 @@ import json
 import multiprocessing
 import os
 import sys
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import numpy as np
 
-from bessemer.dataset.shards import INDEX, ShardWriter, read_versioned_json
+from bessemer.data import io as data_io
+from bessemer.data.readers import file_size
+from bessemer.dataset.order import bucket_of, permute
+from bessemer.dataset.shards import (
+    INDEX,
+    read_versioned_json,
+    token_dtype,
+    write_index,
+    write_shard,
+)
 from bessemer.errors import BessemerError
 from bessemer.tokenizer.common import EOS, domain_tag, load_tokenizer, tokenizer_file
-from bessemer.tokenizer.inputs import BadLines, input_files, read_file
+from bessemer.tokenizer.inputs import BadRecords, Source, documents, list_sources
 
 PROGRESS = "encode_progress.json"
-PROGRESS_FORMAT = "bessemer-encode-progress/1"
+PROGRESS_FORMAT = "bessemer-encode-progress/2"
 DEFAULT_DOMAIN = "default"
+DEFAULT_BUCKETS = 4
+DEFAULT_SHARD_TOKENS = 1 << 24
 BATCH_DOCS = 256
 BATCH_BYTES = 1 << 20
 
@@ -48,7 +65,7 @@ class EncodeResult:
     tokens: int = 0
     files_done: int = 0
     files_skipped: int = 0  # complete before this run
-    bad: BadLines = field(default_factory=BadLines)
+    bad: BadRecords = field(default_factory=BadRecords)
 
     def summary(self) -> str:
         if not self.files_done:
@@ -58,25 +75,24 @@ class EncodeResult:
                 f"input files{skipped}")
 
 
-@dataclass
-class _Batch:
-    texts: list[str]
-    domains: list[str]
-    where: list[tuple[int, int]]  # (input position, line) of each document
-    input_bytes: int = 0  # bytes of the input files (as on disk) read for this batch
+@dataclass(frozen=True)
+class _Settings:
+    """What every worker needs besides its task (sent once, to the pool's initializer)."""
+    tokenizer: str
+    out: str
+    shard_tokens: int
+    buckets: int
+    seed: int
+    text_field: str
+    domain_field: str
+    domain: str | None
+    tag_domain: bool
 
 
-# Worker processes: each loads the tokenizer once.
-_worker_tokenizer = None
-
-
-def _init_worker(path: str) -> None:
-    global _worker_tokenizer
-    _worker_tokenizer = _load(path)
-
-
-def _encode_in_worker(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    return _encode(_worker_tokenizer, texts)
+@dataclass(frozen=True)
+class _Task:
+    number: int  # stable number of the input file in this output directory
+    source: Source
 
 
 def _load(path: str | Path):
@@ -86,11 +102,96 @@ def _load(path: str | Path):
     return tokenizer
 
 
-def _encode(tokenizer, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """All ids back to back (uint32) and each document's length: two arrays pickle far faster than lists."""
-    docs = [np.asarray(e.ids, dtype=np.uint32) for e in tokenizer.encode_batch(texts, add_special_tokens=False)]
-    lengths = np.fromiter((d.size for d in docs), dtype=np.int64, count=len(docs))
-    return (np.concatenate(docs) if docs else np.zeros(0, np.uint32)), lengths
+# Worker processes: each loads the tokenizer once.
+_worker: tuple | None = None
+
+
+def _init_worker(settings: _Settings) -> None:
+    global _worker
+    _worker = (settings, _load(settings.tokenizer))
+
+
+def _run_in_worker(task: _Task) -> dict:
+    settings, tok = _worker
+    return encode_task(tok, settings, task)
+
+
+class _Bucket:
+    """One open shard of a task: its documents (token arrays) and their domain labels."""
+
+    def __init__(self):
+        self.docs: list[np.ndarray] = []
+        self.labels: list[int] = []
+        self.tokens = 0
+        self.windows = 0  # shards written from this bucket so far
+
+
+def encode_task(tok, s: _Settings, task: _Task) -> dict:
+    """Read, tokenize and write one input file (see the module docstring); returns what the parent records:
+    the shards (with bucket and window for the index order), documents, tokens and bad records."""
+    dtype = token_dtype(tok.get_vocab_size())
+    out = Path(s.out)
+    bad = BadRecords()
+    names: list[str] = []  # this task's domain names; labels number them
+    tags: dict[str, int] = {}
+    buckets = [_Bucket() for _ in range(s.buckets)]
+    shards: list[dict] = []
+    result = {"task": task.number, "docs": 0, "tokens": 0}
+
+    def write(b: int) -> None:
+        bucket = buckets[b]
+        order = permute(np.arange(len(bucket.docs)), len(bucket.docs), s.seed, bucket.windows,
+                        task.number * s.buckets + b)
+        name = f"shard_{task.number:05d}_{b:02d}_{bucket.windows:04d}"
+        meta = write_shard(out, name, [bucket.docs[i] for i in order], np.asarray(bucket.labels)[order], dtype)
+        shards.append({**meta, "domains": list(names), "bucket": b, "window": bucket.windows})
+        bucket.docs, bucket.labels, bucket.tokens = [], [], 0
+        bucket.windows += 1
+
+    def encode(texts: list[str], domains: list[str]) -> None:
+        first = result["docs"]
+        where = bucket_of(first + np.arange(len(texts)), s.buckets, s.seed, task.number)
+        for enc, domain, b in zip(tok.encode_batch(texts, add_special_tokens=False), domains, where.tolist()):
+            ids = np.asarray(enc.ids, dtype=dtype)
+            if s.tag_domain:
+                if domain not in tags:
+                    tags[domain] = _tag_id(tok, domain, s.tokenizer)
+                ids = np.concatenate([np.array([tags[domain]], dtype=dtype), ids])
+            if domain not in names:
+                names.append(domain)
+            bucket = buckets[b]
+            bucket.docs.append(ids)
+            bucket.labels.append(names.index(domain))
+            bucket.tokens += ids.size
+            result["docs"] += 1
+            result["tokens"] += ids.size
+            if bucket.tokens >= s.shard_tokens:
+                write(b)
+
+    texts: list[str] = []
+    domains: list[str] = []
+    size = 0
+    for text, doc_domain in documents(task.source, bad, s.text_field, s.domain_field):
+        texts.append(text)
+        domains.append(s.domain or doc_domain or DEFAULT_DOMAIN)
+        size += len(text)
+        if len(texts) >= BATCH_DOCS or size >= BATCH_BYTES:
+            encode(texts, domains)
+            texts, domains, size = [], [], 0
+    if texts:
+        encode(texts, domains)
+    for b, bucket in enumerate(buckets):
+        if bucket.docs:
+            write(b)
+    return {**result, "shards": shards, "bad": {"counts": bad.counts, "examples": bad.examples}}
+
+
+def _tag_id(tok, domain: str, tok_path: str) -> int:
+    tag = tok.token_to_id(domain_tag(domain))
+    if tag is None:
+        raise BessemerError(f"{tok_path} has no {domain_tag(domain)} token; train with --domains {domain} or "
+                            f"encode without --tag-domain")
+    return tag
 
 
 def _sha256(path: Path) -> str:
@@ -101,12 +202,6 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _atomic_json(path: Path, obj: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, ensure_ascii=False))
-    os.replace(tmp, path)
-
-
 def _load_state(out: Path, tok_sha: str, vocab_size: int, eos_id: int) -> dict:
     progress, index = out / PROGRESS, out / INDEX
     if progress.is_file():
@@ -115,181 +210,123 @@ def _load_state(out: Path, tok_sha: str, vocab_size: int, eos_id: int) -> dict:
             raise BessemerError(f"{out} was encoded with another tokenizer (sha256 {state['tokenizer_sha256'][:12]}, "
                                 f"this one {tok_sha[:12]}); use a new output directory")
         return state
-    if index.is_file():  # shards written without this command (encode_to_shards, the demo): append to them
+    state = {"format": PROGRESS_FORMAT, "tokenizer_sha256": tok_sha, "base": None, "inputs": {}}
+    if index.is_file():  # shards written by ShardWriter: keep them first and append after them
         existing = json.loads(index.read_text())
         if (existing["vocab_size"], existing["eos_id"]) != (vocab_size, eos_id):
             raise BessemerError(f"{out} holds shards of another tokenizer (vocab {existing['vocab_size']}, eos "
                                 f"{existing['eos_id']}; this one: vocab {vocab_size}, eos {eos_id})")
-        return {"format": PROGRESS_FORMAT, "tokenizer_sha256": tok_sha, "domains": existing["domains"],
-                "shards": existing["shards"], "inputs": {}}
-    return {"format": PROGRESS_FORMAT, "tokenizer_sha256": tok_sha, "domains": [], "shards": [], "inputs": {}}
+        state["base"] = {"domains": existing["domains"], "shards": existing["shards"]}
+    return state
 
 
-def _remove_uncommitted(out: Path, committed: int) -> None:
+def _remove_files_of(out: Path, numbers: set[int]) -> None:
+    """Shard files of unfinished tasks (half written, or written after the last commit) and temporaries."""
     for f in out.iterdir():
         if f.name.endswith(".tmp"):
             f.unlink()
-        elif f.name.startswith("shard_") and f.name[6:11].isdigit() and int(f.name[6:11]) >= committed:
+        elif f.name.startswith("shard_") and f.name[6:11].isdigit() and f.name[11:12] == "_" \
+                and int(f.name[6:11]) in numbers:
             f.unlink()
 
 
 def encode_inputs(tokenizer: str | Path, inputs: str | Path | list[str | Path], out_dir: str | Path,
-                  domain: str | None = None, workers: int = 1, shard_tokens: int = 1 << 26,
+                  domain: str | None = None, workers: int = 1, shard_tokens: int = DEFAULT_SHARD_TOKENS,
                   text_field: str = "text", domain_field: str = "metadata.domain", tag_domain: bool = False,
-                  progress: bool = False, on_commit: Callable[[int], None] | None = None) -> EncodeResult:
-    """Encode every document under `inputs` into the shard directory `out_dir` (see the module docstring for
-    resume and append). Domain: `domain` if given, else each document's `domain_field`, else "default".
-    `tag_domain` puts <|domain:NAME|> before each document. `on_commit(shards)` is called after each commit
-    (tests use it to interrupt a run)."""
+                  progress: bool = False, seed: int = 0, buckets: int = DEFAULT_BUCKETS, input_format: str = "auto",
+                  on_task_done: Callable[[int], None] | None = None) -> EncodeResult:
+    """Encode every document under `inputs` into the shard directory `out_dir` (see the module docstring).
+    Domain: `domain` if given, else each document's `domain_field`, else "default". `tag_domain` puts
+    <|domain:NAME|> before each document. `on_task_done(files done in this run)` is called after each
+    commit (tests use it to interrupt a run)."""
     tok_path = tokenizer_file(tokenizer)
     tok = _load(tok_path)
     eos = tok.token_to_id(EOS)
     if eos is None:
         raise BessemerError(f"{tok_path} has no {EOS} token; train it with `bessemer tokenizer train`")
-    if workers < 1:
-        raise BessemerError(f"--workers must be >= 1, got {workers}")
+    for name, value in (("--workers", workers), ("--shard-tokens", shard_tokens), ("--buckets", buckets)):
+        if value < 1:
+            raise BessemerError(f"{name} must be >= 1, got {value}")
+    if tag_domain and domain is not None:
+        _tag_id(tok, domain, str(tok_path))
+    sources = list_sources(inputs if isinstance(inputs, list) else [inputs], input_format)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    settings = {"seed": seed, "buckets": buckets, "shard_tokens": shard_tokens, "tag_domain": tag_domain}
     state = _load_state(out, _sha256(tok_path), tok.get_vocab_size(), eos)
-    files = list(dict.fromkeys(p.resolve() for q in (inputs if isinstance(inputs, list) else [inputs])
-                               for p in input_files(q)))
     result = EncodeResult(out)
-    todo: list[tuple[Path, int]] = []  # (file, lines already consumed)
-    for f in files:
-        entry = state["inputs"].get(str(f))
-        size = f.stat().st_size
+    entries = state["inputs"]
+    run = 1 + max((e["run"] for e in entries.values()), default=0)
+    todo: list[_Task] = []
+    for src in sources:
+        size = file_size(src.file.url)
+        entry = entries.get(src.file.url)
         if entry is None:
-            todo.append((f, 0))
-            continue
-        if entry["domain"] != domain:
-            raise BessemerError(f"{f} is already in {out} with --domain {entry['domain']}; encode it under "
-                                f"another domain into another output directory")
-        if entry["size"] != size:
-            raise BessemerError(f"{f} changed since it was encoded into {out} ({entry['size']} -> {size} bytes); "
-                                f"delete {out} and encode again")
+            entry = entries[src.file.url] = {"task": len(entries), "size": size, "domain": domain, "run": run,
+                                             "complete": False}
+        elif entry["domain"] != domain:
+            raise BessemerError(f"{src.file.url} is already in {out} with --domain {entry['domain']}; encode it "
+                                f"under another domain into another output directory")
+        elif entry["size"] != size:
+            raise BessemerError(f"{src.file.url} changed since it was encoded into {out} ({entry['size']} -> "
+                                f"{size} bytes); delete {out} and encode again")
         if entry["complete"]:
             result.files_skipped += 1
-        else:
-            todo.append((f, entry["lines"]))
+        else:  # new, or unfinished: done (again) from its start, with this run's settings
+            entry["settings"] = settings
+            todo.append(_Task(entry["task"], src))
     if not todo:
-        if not (out / INDEX).is_file() or json.loads((out / INDEX).read_text())["shards"] != state["shards"]:
-            _write_index(out, tok, eos, tok_path, state)  # the run ended between progress and index
+        _write_index(out, tok, eos, tok_path, state)
         return result
 
-    _remove_uncommitted(out, len(state["shards"]))
-    writer = ShardWriter(out, tok.get_vocab_size(), eos, shard_tokens, tokenizer=str(tok_path))
-    writer.resume(state["domains"], state["shards"])
-    for f, lines in todo:
-        state["inputs"][str(f)] = {"path": str(f), "size": f.stat().st_size, "domain": domain, "lines": lines,
-                                   "complete": False}
-
-    def commit(where: tuple[int, int] | None) -> None:
-        """Record that the documents up to `where` (todo position, line) are in the written shards."""
-        done = len(todo) if where is None else where[0]
-        for i, (f, _) in enumerate(todo):
-            entry = state["inputs"][str(f)]
-            entry["complete"] = i < done
-            if where is not None and i == done:
-                entry["lines"] = where[1]
-        state["domains"], state["shards"] = list(writer.domains), [dict(s) for s in writer.shards]
-        _atomic_json(out / PROGRESS, state)
-        if on_commit:
-            on_commit(len(writer.shards))
-
-    tags = {}
-    bar = _progress_bar(sum(f.stat().st_size for f, _ in todo)) if progress and sys.stderr.isatty() else None
-    batches = _batches(todo, domain, text_field, domain_field, result.bad)
-    encoded = _encoded(batches, tok, tok_path, workers)
+    _remove_files_of(out, {t.number for t in todo})
+    data_io.write_json(str(out / PROGRESS), state)
+    s = _Settings(str(tok_path), str(out), shard_tokens, buckets, seed, text_field, domain_field, domain, tag_domain)
+    bar = _progress_bar(sum(entries[t.source.file.url]["size"] for t in todo)) \
+        if progress and sys.stderr.isatty() else None
+    by_number = {t.number: t for t in todo}
+    finished = _run_tasks(todo, s, tok, workers)
     try:
-        for batch, (ids, lengths) in encoded:
-            ends = np.cumsum(lengths)
-            for k, doc_domain in enumerate(batch.domains):
-                doc = ids[ends[k] - lengths[k]:ends[k]]
-                if tag_domain:
-                    if doc_domain not in tags:
-                        tags[doc_domain] = _tag_id(tok, doc_domain, tok_path)
-                    doc = np.concatenate([[tags[doc_domain]], doc])
-                shards_before = len(writer.shards)
-                writer.add(doc, doc_domain)
-                result.docs += 1
-                result.tokens += int(doc.size)
-                if len(writer.shards) != shards_before:
-                    commit(batch.where[k])
+        for done in finished:
+            task = by_number[done["task"]]
+            entry = entries[task.source.file.url]
+            entry.update(complete=True, shards=done["shards"], docs=done["docs"], tokens=done["tokens"])
+            result.docs += done["docs"]
+            result.tokens += done["tokens"]
+            result.files_done += 1
+            result.bad.merge(BadRecords(dict(done["bad"]["counts"]), list(done["bad"]["examples"])))
+            data_io.write_json(str(out / PROGRESS), state)
             if bar is not None:
-                bar.advance(bar.task_ids[0], batch.input_bytes)
+                bar.advance(bar.task_ids[0], entry["size"])
+            if on_task_done:
+                on_task_done(result.files_done)
     finally:
-        encoded.close()  # stops the worker pool now, also when interrupted
+        finished.close()  # stops the worker pool now, also when interrupted
         if bar is not None:
             bar.stop()
-    if result.docs == 0 and not state["shards"]:
+    if not _all_shards(state):
         (out / PROGRESS).unlink(missing_ok=True)
         if not any(out.iterdir()):
             out.rmdir()
-        raise BessemerError(f"no documents in {', '.join(str(f) for f, _ in todo)}"
+        raise BessemerError(f"no documents in {', '.join(t.source.file.url for t in todo)}"
                             + (f"; {result.bad.summary()}" if result.bad.total else ""))
-    writer.flush()
-    commit(None)
     _write_index(out, tok, eos, tok_path, state)
-    result.files_done = len(todo)
     return result
 
 
-def _tag_id(tok, domain: str, tok_path: Path) -> int:
-    tag = tok.token_to_id(domain_tag(domain))
-    if tag is None:
-        raise BessemerError(f"{tok_path} has no {domain_tag(domain)} token; train with --domains {domain} or "
-                            f"encode without --tag-domain")
-    return tag
-
-
-def _write_index(out: Path, tok, eos: int, tok_path: Path, state: dict) -> None:
-    writer = ShardWriter(out, tok.get_vocab_size(), eos, tokenizer=str(tok_path))
-    writer.resume(state["domains"], state["shards"])
-    writer.close()
-
-
-def _batches(todo: list[tuple[Path, int]], domain: str | None, text_field: str, domain_field: str,
-             bad: BadLines) -> Iterator[_Batch]:
-    batch, size = _Batch([], [], []), 0
-
-    def on_bytes(n: int) -> None:
-        batch.input_bytes += n
-
-    for i, (f, skip) in enumerate(todo):
-        for line, text, doc_domain in read_file(f, bad, text_field, domain_field, skip, on_bytes):
-            batch.texts.append(text)
-            batch.domains.append(domain or doc_domain or DEFAULT_DOMAIN)
-            batch.where.append((i, line))
-            size += len(text)
-            if len(batch.texts) >= BATCH_DOCS or size >= BATCH_BYTES:
-                yield batch
-                batch, size = _Batch([], [], []), 0
-    if batch.texts:
-        yield batch
-
-
-def _encoded(batches: Iterator[_Batch], tok, tok_path: Path, workers: int):
-    """(batch, encoded batch) in input order; with workers > 1 at most 2 batches per worker in flight, so a
-    huge input is never read far ahead of the writer."""
-    if workers == 1:
-        for batch in batches:
-            yield batch, _encode(tok, batch.texts)
-        return
-    # spawn: a forked child would inherit the parent's tokenizer thread pool state (and any library threads).
-    ctx = multiprocessing.get_context("spawn")
+def _run_tasks(todo: list[_Task], s: _Settings, tok, workers: int):
+    """Each task's result as it finishes. One worker: in this process; more: a pool of spawned processes
+    (a forked child would inherit the parent's tokenizer thread pool state), one task at a time each."""
     env = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker: the processes are the parallelism
     try:
-        with ctx.Pool(workers, initializer=_init_worker, initargs=(str(tok_path),)) as pool:
-            pending: deque = deque()
-            for batch in batches:
-                pending.append((batch, pool.apply_async(_encode_in_worker, (batch.texts,))))
-                if len(pending) >= 2 * workers:
-                    b, r = pending.popleft()
-                    yield b, r.get()
-            while pending:
-                b, r = pending.popleft()
-                yield b, r.get()
+        if workers == 1 or len(todo) == 1:
+            for task in todo:
+                yield encode_task(tok, s, task)
+            return
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(min(workers, len(todo)), initializer=_init_worker, initargs=(s,)) as pool:
+            yield from pool.imap_unordered(_run_in_worker, todo, chunksize=1)
     finally:
         if env is None:
             os.environ.pop("TOKENIZERS_PARALLELISM", None)
@@ -297,9 +334,34 @@ def _encoded(batches: Iterator[_Batch], tok, tok_path: Path, workers: int):
             os.environ["TOKENIZERS_PARALLELISM"] = env
 
 
+def _all_shards(state: dict) -> list[dict]:
+    """The index's shard list: shards that were there before this command first, then run by run the complete
+    tasks' shards bucket by bucket (bucket, task, window)."""
+    base = (state["base"] or {}).get("shards", [])
+    done = [(e["run"], sh["bucket"], e["task"], sh["window"], sh) for e in state["inputs"].values() if e["complete"]
+            for sh in e["shards"]]
+    return list(base) + [{k: v for k, v in sh.items() if k not in ("bucket", "window")}
+                         for *_, sh in sorted(done, key=lambda x: x[:4])]
+
+
+def _write_index(out: Path, tok, eos: int, tok_path: Path, state: dict) -> None:
+    shards = _all_shards(state)
+    domains = list((state["base"] or {}).get("domains", []))
+    for sh in shards:
+        domains += [d for d in sh.get("domains", []) if d not in domains]
+    write_index(out, tok.get_vocab_size(), eos, str(tok_path), domains, shards)
+
+
 def _progress_bar(total: int):
     from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
 
     bar = Progress(TextColumn("encode"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
                    console=Console(stderr=True))

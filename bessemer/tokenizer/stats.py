@@ -22,7 +22,7 @@ from bessemer.data.script import HAN
 from bessemer.errors import BessemerError
 from bessemer.tokenizer.common import read_meta, tokenizer_file, tokenizer_kind
 from bessemer.tokenizer.encode import DEFAULT_DOMAIN, _load
-from bessemer.tokenizer.inputs import BadLines, read_documents
+from bessemer.tokenizer.inputs import BadRecords, read_documents
 from bessemer.tokenizer.pretok import METASPACE
 
 _BYTE_PIECE = re.compile(r"<0x([0-9A-F]{2})>")
@@ -97,7 +97,7 @@ class _WordCounter:
 
 def tokenizer_stats(tokenizer: str | Path, inputs: str | Path, text_field: str = "text",
                     domain_field: str = "metadata.domain", domain: str | None = None, max_docs: int = 0,
-                    top: int = 10) -> dict:
+                    top: int = 10, input_format: str = "auto") -> dict:
     """Per-domain compression numbers of `tokenizer` on the documents under `inputs` (at most `max_docs`
     per domain when > 0); see the module docstring for the definitions."""
     path = tokenizer_file(tokenizer)
@@ -107,7 +107,7 @@ def tokenizer_stats(tokenizer: str | Path, inputs: str | Path, text_field: str =
     specials = {t.content for t in tok.get_added_tokens_decoder().values()}
     partial = np.array([_is_partial(b) and tok.id_to_token(i) not in specials for i, b in enumerate(tbytes)])
     count_words = _WordCounter()
-    bad = BadLines()
+    bad = BadRecords()
     per: dict[str, _Domain] = {}
     batch: list[tuple[str, str]] = []
 
@@ -124,7 +124,7 @@ def tokenizer_stats(tokenizer: str | Path, inputs: str | Path, text_field: str =
         batch.clear()
 
     taken: dict[str, int] = {}
-    for text, doc_domain in read_documents(inputs, bad, text_field, domain_field):
+    for text, doc_domain in read_documents(inputs, bad, text_field, domain_field, input_format):
         name = domain or doc_domain or DEFAULT_DOMAIN
         if max_docs and taken.get(name, 0) >= max_docs:
             continue

@@ -18,8 +18,14 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from bessemer.errors import BessemerError
-from bessemer.tokenizer.common import (KINDS, META_FILE, SPECIAL_TOKENS, TOKENIZER_FILE, domain_tag,
-                                       tokenizers_module)
+from bessemer.tokenizer.common import (
+    KINDS,
+    META_FILE,
+    SPECIAL_TOKENS,
+    TOKENIZER_FILE,
+    domain_tag,
+    tokenizers_module,
+)
 from bessemer.tokenizer.pretok import METASPACE, PATTERN, jieba_sequences, pretokenizer
 
 PRETOKENIZER_NAME = "bessemer-domain/1"

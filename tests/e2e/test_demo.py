@@ -48,7 +48,7 @@ def _check_curation(run, stdout, html):
     stats = json.loads((run / "curated" / "stats.json").read_text())
     assert stats["conserved"] and stats["docs_in"] == stats["docs_out"] + stats["docs_rejected"]
     steps = {s["name"]: s for s in stats["steps"]}
-    assert list(steps) == ["input", "extract", "normalize", "quality", "pii", "dedup"]
+    assert list(steps) == ["input", "url", "extract", "lang", "normalize", "quality", "pii", "dedup"]
     assert steps["extract"]["rejected"] == {"extract.js_rendered": 6}  # the 6 JavaScript-only pages
     assert steps["dedup"]["rejected"]["dedup.exact_duplicate"] >= 6
     assert steps["dedup"]["rejected"]["dedup.near_duplicate"] >= 6

@@ -1,5 +1,7 @@
 import json
+import re
 import sys
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -8,18 +10,22 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from dedup_corpus import corpus, precision_recall
 
-from bessemer.data.dedup import (
+from bessemer.data.dedup.minhash import (
+    EMPTY,
     MinHashConfig,
     _minhash_rows,
+    minhash,
     normalize_text,
     shingle_hashes,
+    shingle_hashes_batch,
     shingle_strings,
 )
-from bessemer.data.dedup_stages import run_dedup_stages
-from bessemer.data.dedup_step import DedupStep
+from bessemer.data.dedup.stages import run_dedup_stages
+from bessemer.data.dedup.step import DedupStep
 from bessemer.data.document import Document
 from bessemer.data.readers import open_bytes
 from bessemer.data.writers import JsonlWriter
+from bessemer.errors import BessemerError
 
 
 def _clusters(docs: list[Document], step: DedupStep) -> list[int]:
@@ -31,24 +37,47 @@ def _clusters(docs: list[Document], step: DedupStep) -> list[int]:
 
 
 def test_near_duplicates_precision_recall():
-    docs, labels = corpus(n_clusters=100, seed=0)
-    step = DedupStep(score_key=None)
-    kept = list(step.run(docs))
-    precision, recall = precision_recall(labels, _clusters(docs, step))
-    print(f"pairwise precision {precision:.3f} recall {recall:.3f} ({len(docs)} docs, {len(kept)} kept)")
-    assert recall >= 0.9 and precision >= 0.97, (precision, recall)
-    assert len(kept) + len(step.rejected) == len(docs)
-    assert set(step.stats()["rejected"]) == {"dedup.near_duplicate"}
+    # Six generated corpora (579 documents each): one corpus's recall moves by about +-0.02 with the hash draw
+    # alone. With 14 x 8 bands the mean recall was 0.95 (0.918 on seed 0); 16 x 7, the same 112 permutations,
+    # scores 0.975-0.99 on each (docs/data-dedup.md).
+    recalls = []
+    for seed in range(6):
+        docs, labels = corpus(n_clusters=100, seed=seed)
+        step = DedupStep(score_key=None)
+        kept = list(step.run(docs))
+        precision, recall = precision_recall(labels, _clusters(docs, step))
+        print(f"seed {seed}: pairwise precision {precision:.3f} recall {recall:.3f} ({len(docs)} docs, {len(kept)} kept)")
+        assert precision >= 0.99 and recall >= 0.95, (seed, precision, recall)
+        assert len(kept) + len(step.rejected) == len(docs)
+        assert set(step.stats()["rejected"]) == {"dedup.near_duplicate"}
+        recalls.append(recall)
+    assert np.mean(recalls) >= 0.97, recalls
 
 
-def test_minhash_is_mod_mersenne():
+def test_minhash_rows_are_multiply_shift():
     rng = np.random.default_rng(0)
     x = rng.integers(0, 1 << 32, 64, dtype=np.uint64)
     a, b = MinHashConfig(seed=5).permutations()
-    got = _minhash_rows(x, a, b)
-    p = (1 << 61) - 1
-    want = [[(int(ai) * int(xi) + int(bi)) % p for ai, bi in zip(a, b)] for xi in x]
-    assert [[int(v) % p for v in r] for r in got] == want
+    assert all(int(v) % 2 == 1 for v in a)
+    got = _minhash_rows(x, a, b)  # (P, S)
+    want = [[(int(ai) * int(xi) + int(bi)) % (1 << 64) for xi in x] for ai, bi in zip(a, b)]
+    assert got.tolist() == want
+
+
+def test_batch_shingles_and_ascii_normalization_match_the_slow_paths():
+    texts = ["Hello, World! this is a test of the batch path here", "a b", "", "...",
+             "今天天气很好 and some words here too", "x " * 10, "Ünïcode wörds här are fine and good", "one two three four five"]
+    norm = [normalize_text(t) for t in texts]
+    for t, n in zip(texts, norm):
+        assert n == " ".join(re.sub(r"[\W_]+", " ", unicodedata.normalize("NFKC", t).lower()).split())
+    flat, counts = shingle_hashes_batch(norm, 5)
+    assert counts.tolist() == [len(shingle_hashes(n)) for n in norm]
+    for got, n in zip(np.split(flat, np.cumsum(counts)[:-1]), norm):
+        assert np.array_equal(got, shingle_hashes(n))
+    sig = minhash([shingle_hashes(n) for n in norm], *MinHashConfig().permutations())
+    assert np.all(sig[2] == EMPTY) and np.all(sig[0] != EMPTY)
+    rows = _minhash_rows(shingle_hashes(norm[0]), *MinHashConfig().permutations())
+    assert np.array_equal(sig[0], rows.min(axis=1))
 
 
 def test_exact_duplicates_after_normalization():
@@ -124,7 +153,7 @@ def test_staged_runner_equals_step_and_resumes(tmp_path):
     want = {d.id: (d.metadata["reason"], d.metadata["duplicate_of"]) for d in step.rejected}
     assert "dedup.exact_duplicate" in step.stats()["rejected"]
 
-    full = run_dedup_stages(paths, tmp_path / "full", workers=2)
+    full = run_dedup_stages(paths, str(tmp_path / "full"), workers=2)
     assert _staged_removals(tmp_path / "full") == want
     assert full["removed"] == len(want) and full["docs"] == len(docs)
     kept_staged = []
@@ -136,11 +165,12 @@ def test_staged_runner_equals_step_and_resumes(tmp_path):
     # Interrupted between every pair of stages, and mid-stage (a band's pairs file and marker lost).
     work = tmp_path / "resumed"
     for stage in ("signatures", "buckets", "clusters"):
-        run_dedup_stages(paths, work, stop_after=stage)
+        run_dedup_stages(paths, str(work), stop_after=stage)
         if stage == "buckets":
-            (work / "pairs" / "003.npy").unlink()
-            (work / "pairs" / "003.done").unlink()
-    assert run_dedup_stages(paths, work) == full
+            (work / "edges" / "band-003-000.npy").unlink()
+            (work / "edges" / "band-003-000.done").unlink()
+    resumed = run_dedup_stages(paths, str(work))
+    assert {k: v for k, v in resumed.items() if k != "outputs"} == {k: v for k, v in full.items() if k != "outputs"}
     assert _staged_removals(work) == want
-    with pytest.raises(RuntimeError, match="different dedup run"):
-        run_dedup_stages(paths, work, threshold=0.9)
+    with pytest.raises(BessemerError, match="different run"):
+        run_dedup_stages(paths, str(work), threshold=0.9)

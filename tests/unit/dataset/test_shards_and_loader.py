@@ -68,8 +68,51 @@ def test_loader_packs_seq_len_plus_one_and_shifts_targets(tmp_path):
     loader = TokenLoader(ds, seq_len=7, global_batch=4, micro_batch=2)
     x, y = loader.next_batch()
     assert x.shape == y.shape == (2, 7) and x.dtype == torch.int64
-    assert x[0].tolist() == ref[0:7].tolist() and y[0].tolist() == ref[1:8].tolist()
-    assert x[1].tolist() == ref[8:15].tolist()  # samples of 8 tokens back to back
+    first, second = loader.sequences(0, 2)
+    assert x[0].tolist() == ref[8 * first:8 * first + 7].tolist()  # samples of 8 tokens cut back to back
+    assert y[0].tolist() == ref[8 * first + 1:8 * first + 8].tolist()
+    assert x[1].tolist() == ref[8 * second:8 * second + 7].tolist()
+
+
+def _draws(loader, steps):
+    """Which sequence each draw of `steps` steps was, read back from the rows (rank 0 of 1)."""
+    ref = reference_stream(DOCS_LONG)
+    seqs = {tuple(ref[k * loader.sample_len:(k + 1) * loader.sample_len - 1]): k
+            for k in range(loader.num_sequences)}
+    return [seqs[row] for row in sum(_step_samples(loader, steps), [])]
+
+
+DOCS_LONG = [list(range(1, 200)), list(range(300, 360)), list(range(400, 480))]
+
+
+def test_each_epoch_draws_every_sequence_once_in_a_seeded_order(tmp_path):
+    ds = make_dataset(tmp_path, DOCS_LONG)
+    n = ds.stream_len // 5  # seq_len 4
+    orders = {seed: _draws(TokenLoader(ds, 4, global_batch=4, micro_batch=2, seed=seed), n // 4 * 3)
+              for seed in (0, 1)}
+    a = orders[0]
+    epochs = [a[i * n:(i + 1) * n] for i in range(len(a) // n)]
+    assert all(sorted(e) == list(range(n)) for e in epochs)  # a permutation of the sequences per epoch...
+    assert epochs[0] != list(range(n)) and epochs[0] != epochs[1]  # ...not the stored order, another each epoch
+    assert _draws(TokenLoader(ds, 4, global_batch=4, micro_batch=2, seed=0), n // 4 * 3) == a  # same seed
+    assert orders[1][:n] != a[:n]  # another seed, another order
+
+
+def test_resume_mid_epoch_and_mid_step_is_exact(tmp_path):
+    ds = make_dataset(tmp_path, DOCS_LONG)
+    a = TokenLoader(ds, 4, global_batch=12, micro_batch=4, seed=5)
+    n = a.num_sequences
+    for _ in range(3 * (n // 12) + 2):  # into the middle of an epoch and of a step
+        a.next_batch()
+    state = json.loads(json.dumps(a.state_dict()))  # plain data: (epoch, position), not a permutation
+    assert state["epoch"] == 0 and 0 < state["position"] < n and state["micro"] == 2
+    b = TokenLoader(ds, 4, global_batch=12, micro_batch=4, seed=5)
+    b.load_state_dict(state)
+    for _ in range(3 * n):  # across several epoch boundaries
+        xa, ya = a.next_batch()
+        xb, yb = b.next_batch()
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+    assert a.state_dict() == b.state_dict() and a.epoch > 2
 
 
 def _step_samples(loader, steps):
@@ -81,6 +124,13 @@ def _step_samples(loader, steps):
             rows += [tuple(r) for r in loader.next_batch()[0].tolist()]
         out.append(rows)
     return out
+
+
+def test_checkpoint_of_the_sequential_loader_continues_after_as_many_sequences(tmp_path):
+    ds = make_dataset(tmp_path, DOCS_LONG)
+    loader = TokenLoader(ds, 4, global_batch=4, micro_batch=2)
+    loader.load_state_dict({"tokens": 5 * (loader.num_sequences + 8), "micro": 0, "stream_len": ds.stream_len})
+    assert (loader.epochs_done, loader.position) == (1, 8)
 
 
 def test_data_parallel_ranks_split_each_global_batch_exactly(tmp_path):

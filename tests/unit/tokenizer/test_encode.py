@@ -1,5 +1,6 @@
-"""Encoding to shards: any number of workers gives the same bytes; an interrupted run resumes to the same
-shards; documents, domains and appends land in one index."""
+"""Encoding to shards: workers write their own shards and any number of them gives the same bytes; the
+document order is a seeded permutation; an interrupted run resumes to the same shards; documents, domains
+and appends land in one index."""
 
 import json
 import re
@@ -11,69 +12,92 @@ from bessemer.errors import BessemerError
 from bessemer.tokenizer.common import load_tokenizer
 from bessemer.tokenizer.encode import PROGRESS, encode_inputs
 
-SHARD_TOKENS = 20_000
+SHARD_TOKENS = 8_000
+PARTS = 4
 
 
 def files(d) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.name != PROGRESS}
 
 
-def documents(path) -> list[tuple[list[int], str]]:
-    """(ids, domain) of every document, in order, read back from the shard files."""
+def documents(path) -> list[tuple[tuple[int, ...], str]]:
+    """(ids, domain) of every document, in stream order, read back from the shard files."""
     ds = TokenDataset(path)
     out = []
     for shard in ds.shards:
         for k in range(shard.offsets.size - 1):
-            out.append((shard.tokens[shard.offsets[k]:shard.offsets[k + 1]].tolist(), ds.domains[shard.domains[k]]))
+            out.append((tuple(shard.tokens[shard.offsets[k]:shard.offsets[k + 1]].tolist()),
+                        ds.domains[shard.domains[k]]))
     return out
 
 
 @pytest.fixture(scope="module")
-def reference(trained, corpus_file, tmp_path_factory):
+def inputs(corpus, tmp_path_factory):
+    """The corpus in PARTS files (every PARTS-th document in each), so that there are several tasks."""
+    d = tmp_path_factory.mktemp("inputs")
+    for p in range(PARTS):
+        (d / f"part-{p}.jsonl").write_text("".join(json.dumps(doc, ensure_ascii=False) + "\n"
+                                                   for doc in corpus[p::PARTS]), encoding="utf-8")
+    return d
+
+
+@pytest.fixture(scope="module")
+def reference(trained, inputs, tmp_path_factory):
     out = tmp_path_factory.mktemp("ref") / "shards"
-    result = encode_inputs(trained["bpe"], corpus_file, out, workers=1, shard_tokens=SHARD_TOKENS)
-    assert result.docs > 0 and len(json.loads((out / "index.json").read_text())["shards"]) > 5
+    result = encode_inputs(trained["bpe"], inputs, out, workers=1, shard_tokens=SHARD_TOKENS)
+    assert result.docs > 0 and result.files_done == PARTS
+    assert len(json.loads((out / "index.json").read_text())["shards"]) > 2 * PARTS
     return out
 
 
-def test_documents_and_domains_are_preserved(reference, trained, corpus):
+def test_documents_and_domains_are_preserved_in_a_seeded_order(reference, trained, corpus):
     tok = load_tokenizer(trained["bpe"])
     got = documents(reference)
-    assert len(got) == len(corpus)
-    for (ids, domain), doc in zip(got, corpus):
-        assert domain == doc["metadata"]["domain"]
-        assert ids == tok.encode(doc["text"]).ids
-    assert TokenDataset(reference).domains == ["code", "prose_en", "prose_zh", "legal_zh"]
+    encoded = [(tuple(tok.encode(d["text"]).ids), d["metadata"]["domain"]) for d in corpus]
+    assert sorted(got) == sorted(encoded)  # the same documents with their domains...
+    assert got != encoded  # ...shuffled
+    file_order = [encoded[i] for p in range(PARTS) for i in range(p, len(corpus), PARTS)]
+    assert got != file_order
+    assert set(TokenDataset(reference).domains) == {"code", "prose_en", "prose_zh", "legal_zh"}
 
 
-def test_two_workers_write_the_same_bytes(reference, trained, corpus_file, tmp_path):
-    encode_inputs(trained["bpe"], corpus_file, tmp_path / "two", workers=2, shard_tokens=SHARD_TOKENS)
+def test_the_order_depends_on_the_seed_only(reference, trained, inputs, tmp_path):
+    encode_inputs(trained["bpe"], inputs, tmp_path / "again", shard_tokens=SHARD_TOKENS)
+    assert files(tmp_path / "again") == files(reference)
+    encode_inputs(trained["bpe"], inputs, tmp_path / "seed1", shard_tokens=SHARD_TOKENS, seed=1)
+    other = documents(tmp_path / "seed1")
+    assert sorted(other) == sorted(documents(reference)) and other != documents(reference)
+
+
+def test_two_workers_write_the_same_bytes(reference, trained, inputs, tmp_path):
+    encode_inputs(trained["bpe"], inputs, tmp_path / "two", workers=2, shard_tokens=SHARD_TOKENS)
     assert files(tmp_path / "two") == files(reference)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_interrupted_run_resumes_to_the_same_shards(reference, trained, corpus_file, tmp_path, workers):
+def test_interrupted_run_resumes_to_the_same_shards(reference, trained, inputs, tmp_path, workers):
     out = tmp_path / "shards"
 
-    def stop_after_3(shards: int) -> None:
-        if shards == 3:
+    def stop_after_2(done: int) -> None:
+        if done == 2:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        encode_inputs(trained["bpe"], corpus_file, out, workers=workers, shard_tokens=SHARD_TOKENS,
-                      on_commit=stop_after_3)
+        encode_inputs(trained["bpe"], inputs, out, workers=workers, shard_tokens=SHARD_TOKENS,
+                      on_task_done=stop_after_2)
     state = json.loads((out / PROGRESS).read_text())
-    assert len(state["shards"]) == 3 and not any(e["complete"] for e in state["inputs"].values())
+    assert sum(e["complete"] for e in state["inputs"].values()) == 2
     assert not (out / "index.json").exists()
-    # A crash while writing the next shard leaves files past the committed ones.
-    (out / "shard_00003.bin").write_bytes(b"half a shard")
-    (out / "shard_00003.bin.tmp").write_bytes(b"")
+    # A crash while a worker was writing leaves files of an unfinished task.
+    unfinished = next(e["task"] for e in state["inputs"].values() if not e["complete"])
+    (out / f"shard_{unfinished:05d}_00_0000.bin").write_bytes(b"half a shard")
+    (out / f"shard_{unfinished:05d}_00_0001.bin.tmp").write_bytes(b"")
 
-    result = encode_inputs(trained["bpe"], corpus_file, out, workers=3 - workers, shard_tokens=SHARD_TOKENS)
-    assert 0 < result.docs < len(documents(reference))
+    result = encode_inputs(trained["bpe"], inputs, out, workers=3 - workers, shard_tokens=SHARD_TOKENS)
+    assert result.files_done == 2 and result.files_skipped == 2
     assert files(out) == files(reference)
-    again = encode_inputs(trained["bpe"], corpus_file, out, workers=workers, shard_tokens=SHARD_TOKENS)
-    assert again.files_done == 0 and again.files_skipped == 1 and "nothing to do" in again.summary()
+    again = encode_inputs(trained["bpe"], inputs, out, workers=workers, shard_tokens=SHARD_TOKENS)
+    assert again.files_done == 0 and again.files_skipped == PARTS and "nothing to do" in again.summary()
 
 
 def test_append_a_second_domain(trained, corpus, tmp_path):
@@ -87,9 +111,9 @@ def test_append_a_second_domain(trained, corpus, tmp_path):
     ds = TokenDataset(out)
     assert ds.domains == ["web", "code"] and len(ds.shards) > n_web
     labels = [domain for _, domain in documents(out)]
-    assert labels == ["web"] * 60 + ["code"] * 40
+    assert labels == ["web"] * 60 + ["code"] * 40  # a later run's shards come after the earlier ones
     tok = load_tokenizer(trained["bpe"])
-    assert documents(out)[60][0] == tok.encode(corpus[0]["text"]).ids
+    assert tuple(tok.encode(corpus[0]["text"]).ids) in {ids for ids, _ in documents(out)[60:]}
 
     assert encode_inputs(trained["bpe"], code, out, domain="code").files_done == 0  # already there
     with pytest.raises(BessemerError, match="already in .* with --domain code"):
@@ -107,6 +131,6 @@ def test_special_token_text_stays_text_and_domain_tags(trained, tmp_path):
     (plain, domain), = documents(tmp_path / "plain")
     (tagged, _), = documents(tmp_path / "tagged")
     assert domain == "web" and tok.token_to_id("<|eos|>") not in plain
-    assert tagged == [tok.token_to_id("<|domain:web|>")] + plain
+    assert tagged == (tok.token_to_id("<|domain:web|>"),) + plain
     with pytest.raises(BessemerError, match=re.escape("no <|domain:other|> token")):
         encode_inputs(trained["bpe"], src, tmp_path / "other", domain="other", tag_domain=True)

@@ -1,4 +1,5 @@
-"""Input formats: JSONL plain, gzip and zstd, .txt files, directories; bad lines counted, never fatal."""
+"""Inputs through the curation readers: JSONL plain, gzip and zstd, Parquet, .txt files, directories;
+bad records counted by reason, never fatal."""
 
 import gzip
 import json
@@ -6,7 +7,7 @@ import json
 import pytest
 
 from bessemer.errors import BessemerError
-from bessemer.tokenizer.inputs import BadLines, input_files, read_documents
+from bessemer.tokenizer.inputs import BadRecords, list_sources, read_documents
 
 
 def test_formats_and_directories(tmp_path):
@@ -18,23 +19,27 @@ def test_formats_and_directories(tmp_path):
     (tmp_path / "c.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress((lines[3] + "\n").encode()))
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "d.txt").write_text("a whole file\nis one document")
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    pq.write_table(pa.table({"text": ["row one", "row two"], "domain": ["web", "code"]}), tmp_path / "e.parquet")
     (tmp_path / "ignored.csv").write_text("x")
-    bad = BadLines()
+    bad = BadRecords()
     docs = list(read_documents(tmp_path, bad, domain_field="meta.lang"))
-    assert docs == [("doc 0", "zh"), ("doc 1", "en"), ("doc 2", "zh"), ("doc 3", "en"),
-                    ("a whole file\nis one document", None)]
+    assert docs == [("doc 0", "zh"), ("doc 1", "en"), ("doc 2", "zh"), ("doc 3", "en"), ("row one", None),
+                    ("row two", None), ("a whole file\nis one document", None)]
     assert bad.total == 0
+    assert list(read_documents(tmp_path / "e.parquet", bad, domain_field="metadata.domain")) == [
+        ("row one", "web"), ("row two", "code")]
 
 
-def test_bad_lines_are_counted_with_their_place(tmp_path):
+def test_bad_records_are_counted_with_their_place(tmp_path):
     src = tmp_path / "x.jsonl"
-    src.write_bytes(b'{"text": "ok"}\n[1, 2]\n{"text": 3}\n\xff\xfe\n{"text": "lone \\ud800 surrogate"}\n\n{oops\n')
-    bad = BadLines(keep=2)
+    src.write_bytes(b'{"text": "ok"}\n[1, 2]\n{"text": 3}\n\xff\xfe\n{"text": "fine"}\n\n{oops\n')
+    bad = BadRecords(keep=2)
     docs = list(read_documents(src, bad))
-    assert docs == [("ok", None), ("lone \ufffd surrogate", None)]
-    assert bad.counts == {"no string field 'text'": 2, "invalid JSON": 2}
-    assert bad.summary() == (f"skipped 4 bad input lines (2 invalid JSON, 2 no string field 'text'): "
-                             f"{src}:2 no string field 'text'; {src}:3 no string field 'text' (first 2)")
+    assert docs == [("ok", None), ("fine", None)]
+    assert bad.counts == {"input.invalid_json": 2, "input.missing_text": 1, "input.invalid_utf8": 1}
+    assert bad.summary() == (f"skipped 4 bad input records (2 input.invalid_json, 1 input.invalid_utf8, "
+                             f"1 input.missing_text): {src}:2 input.invalid_json; {src}:3 input.missing_text (first 2)")
 
 
 @pytest.mark.parametrize("suffix", [".gz", ".zst"])
@@ -46,18 +51,17 @@ def test_truncated_compressed_file_keeps_what_was_read_and_says_so(tmp_path, suf
         zstandard = pytest.importorskip("zstandard")
         data = zstandard.ZstdCompressor().compress(lines[:300_000]) + zstandard.ZstdCompressor().compress(lines[300_000:])
         (tmp_path / "whole.jsonl.zst").write_bytes(data)  # two frames back to back
-        assert len(list(read_documents(tmp_path / "whole.jsonl.zst", BadLines()))) == 20000
+        assert len(list(read_documents(tmp_path / "whole.jsonl.zst", BadRecords()))) == 20000
     (tmp_path / f"t.jsonl{suffix}").write_bytes(data[: len(data) * 3 // 4])
-    bad = BadLines()
+    bad = BadRecords()
     docs = list(read_documents(tmp_path / f"t.jsonl{suffix}", bad))
-    assert 0 < len(docs) < 20000 and "unreadable after the last good line" in bad.summary()
+    assert 0 < len(docs) < 20000 and "input.truncated" in bad.summary()
 
 
 def test_missing_and_unsupported_inputs(tmp_path):
     with pytest.raises(BessemerError, match="does not exist"):
-        input_files(tmp_path / "nope")
+        list_sources(tmp_path / "nope")
     with pytest.raises(BessemerError, match="holds no .jsonl"):
-        input_files(tmp_path)
-    (tmp_path / "x.csv").write_text("a")
-    with pytest.raises(BessemerError, match="expected one of"):
-        input_files(tmp_path / "x.csv")
+        list_sources(tmp_path)
+    with pytest.raises(BessemerError, match="unknown input format"):
+        list_sources(tmp_path, "csv")

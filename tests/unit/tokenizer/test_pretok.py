@@ -20,6 +20,20 @@ def test_ordinals_numerals_and_attached_characters_are_their_own_pieces():
     assert pieces("次第开放的条款") == ["次第开放的条款"]
 
 
+@pytest.mark.parametrize("word", ["一些", "统一", "十分", "千万", "之一", "一般"])
+def test_a_numeral_inside_an_ordinary_word_stays_in_it(word):
+    assert pieces(word) == [word]
+    assert pieces(f"我们{word}认为") in ([f"我们{word}认为"], ["我们", word, "认为"])  # 千万: a run, kept whole
+
+
+def test_numbers_stay_whole_and_statute_references_keep_their_boundaries():
+    assert pieces("一千一百七十九") == ["一千一百七十九"]
+    assert pieces("依照第一千一百七十九条规定") == ["依照", "第", "一千一百七十九", "条", "规定"]
+    assert pieces("统一适用第一条第五款第三项") == ["统一适用", "第", "一", "条", "第", "五", "款", "第", "三", "项"]
+    assert pieces("第五届全国人民代表大会") == ["第", "五", "届全国人民代表大会"]  # a numeral after 第 is cut off
+    assert pieces("共三条") == ["共", "三", "条"]  # one numeral before a counted unit is a number
+
+
 def test_code_whitespace_symbols_and_words():
     assert pieces("def f(x):\n    return x  \n\tpass") == [
         "def", " f", "(", "x", "):\n", "   ", " return", " x", "  \n", "\t", "pass"]

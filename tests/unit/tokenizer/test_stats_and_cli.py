@@ -1,4 +1,4 @@
-"""`bessemer tokenizer stats` numbers, and the command line: errors as one line, bad input lines counted,
+"""`bessemer tokenizer stats` numbers, and the command line: errors as one line, bad input records counted,
 no torch."""
 
 import json
@@ -44,7 +44,8 @@ def test_cli_train_encode_stats_with_bad_lines(tmp_path, corpus, capsys):
     assert main(["tokenizer", "train", "--input", str(src), "--vocab-size", "600", "--output", str(tmp_path / "tok"),
                  "--domains", "web"]) == 0
     out, err = capsys.readouterr()
-    assert f"skipped 2 bad input lines (1 invalid JSON, 1 no string field 'text'): {src}:4 invalid JSON; {src}:8" in err
+    assert (f"skipped 2 bad input records (1 input.invalid_json, 1 input.missing_text): {src}:4 input.invalid_json; "
+            f"{src}:8 input.missing_text") in err
     assert "vocab 600" in out and "web" in out
     meta = json.loads((tmp_path / "tok" / "tokenizer_meta.json").read_text())
     assert meta["corpus"]["bad_lines"] == 2 and meta["corpus"]["docs"] == 148
@@ -52,7 +53,7 @@ def test_cli_train_encode_stats_with_bad_lines(tmp_path, corpus, capsys):
     assert main(["tokenizer", "encode", "--tokenizer", str(tmp_path / "tok"), "--input", str(src),
                  "--output", str(tmp_path / "shards"), "--workers", "1"]) == 0
     out, err = capsys.readouterr()
-    assert "wrote 148 documents" in out and "skipped 2 bad input lines" in err
+    assert "wrote 148 documents" in out and "skipped 2 bad input records" in err
     assert main(["tokenizer", "stats", "--tokenizer", str(tmp_path / "tok"), "--input", str(src), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["bad_lines"] == 2
 
@@ -65,7 +66,8 @@ def test_cli_missing_and_empty_input(tmp_path, trained, capsys, action):
             "encode": ["--tokenizer", str(trained["bpe"]), "--output", str(tmp_path / "shards")],
             "stats": ["--tokenizer", str(trained["bpe"])]}[action]
     assert main(["tokenizer", action, "--input", str(tmp_path / "missing.jsonl"), *tail]) == 2
-    assert "missing.jsonl does not exist" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "missing.jsonl' does not exist" in err and err.count("\n") == 1
     assert main(["tokenizer", action, "--input", str(empty), *tail]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no documents" in err and "empty.jsonl" in err

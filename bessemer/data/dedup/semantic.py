@@ -7,45 +7,20 @@ about sqrt(n) documents is O(n^1.5) instead of O(n^2). See docs/data-semantic.md
 """
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
+from bessemer.data.dedup.semantic_cluster import (
+    EXACT_MAX_DOCS,
+    greedy_duplicates,
+    kmeans,
+    kmeans_fit,
+)
 from bessemer.data.document import Document
 from bessemer.data.step import Reject, Step
 
-EXACT_MAX_DOCS = 4096  # up to this many documents: one cluster, every pair compared, no k-means
-
-
-def kmeans(x: np.ndarray, k: int, seed: int = 0, iters: int = 20) -> np.ndarray:
-    """Spherical k-means on L2-normalized rows (assignment by largest dot product), k-means++ init.
-
-    Returns the cluster of each row. Deterministic for a given `x`, `k` and `seed`.
-    """
-    n = len(x)
-    k = max(1, min(k, n))
-    rng = np.random.default_rng(seed)
-    centers = np.empty((k, x.shape[1]), dtype=np.float32)
-    centers[0] = x[rng.integers(n)]
-    dist = 1.0 - x @ centers[0]  # cosine distance to the nearest chosen center
-    for c in range(1, k):
-        d = np.maximum(dist, 0.0)
-        total = float(d.sum())
-        pick = rng.choice(n, p=d / total) if total > 0 else rng.integers(n)
-        centers[c] = x[pick]
-        dist = np.minimum(dist, 1.0 - x @ centers[c])
-    labels = np.full(n, -1)
-    for _ in range(iters):
-        new = np.argmax(x @ centers.T, axis=1)
-        if np.array_equal(new, labels):
-            break
-        labels = new
-        for c in range(k):
-            members = x[labels == c]
-            if len(members):  # an empty cluster keeps its old center
-                s = members.sum(0)
-                centers[c] = s / max(float(np.linalg.norm(s)), 1e-12)
-    return labels
+__all__ = ["EXACT_MAX_DOCS", "SemanticDedupStep", "greedy_duplicates", "kmeans", "kmeans_fit"]
 
 
 class SemanticDedupStep(Step):
@@ -70,6 +45,7 @@ class SemanticDedupStep(Step):
     """
 
     name = "semantic-dedup"
+    global_step = True  # with several shards the executor runs `run_global` over all of them
 
     def __init__(
         self,
@@ -98,7 +74,7 @@ class SemanticDedupStep(Step):
     @property
     def encoder(self):
         if self._encoder is None:
-            from bessemer.data.embed import load_encoder
+            from bessemer.data.dedup.embed import load_encoder
 
             self._encoder = load_encoder(self.max_tokens)
         return self._encoder
@@ -158,19 +134,24 @@ class SemanticDedupStep(Step):
         dropped: dict[int, tuple[int, float]] = {}
         for c in np.unique(labels):
             members = sorted(np.flatnonzero(labels == c).tolist(), key=priority)
-            e = emb[members]  # (m, C), best document first
-            kept = np.zeros(len(members), dtype=bool)
-            for b0 in range(0, len(members), 1024):  # rows in blocks: a 1024 x m block, never m x m
-                b1 = min(b0 + 1024, len(members))
-                sims = e[b0:b1] @ e[:b1].T  # (rows, b1): each row against every better document
-                for pos in range(b0, b1):
-                    row = np.where(kept[:pos], sims[pos - b0, :pos], -np.inf)
-                    best = int(np.argmax(row)) if pos else 0
-                    if pos and row[best] >= self.threshold:
-                        dropped[members[pos]] = (members[best], float(row[best]))
-                    else:
-                        kept[pos] = True
+            gone, of, sim = greedy_duplicates(emb[members], self.threshold)  # best document first
+            for g, o, v in zip(gone.tolist(), of.tolist(), sim.tolist()):
+                dropped[members[g]] = (members[o], v)
         return dropped
 
     def stats(self) -> dict:
         return {**super().stats(), **dict(sorted(self.counts.items()))}
+
+    def run_global(self, shard_paths: list[str], workdir: str, rejected_dir: str,
+                   map_jobs: Callable[[Callable, list], list], sink_pii: dict | None = None) -> dict:
+        """The global-step protocol (bessemer/data/phases.py) over the JSONL shards `shard_paths`: embeddings
+        per shard, k-means on a sample of the corpus, every document assigned, duplicates removed inside each
+        cluster across shards (bessemer.data.dedup.semantic_stages). Resumable."""
+        from bessemer.data.dedup.semantic_stages import run_semantic_stages
+
+        r = run_semantic_stages(shard_paths, workdir, threshold=self.threshold, max_tokens=self.max_tokens,
+                                clusters=self.clusters, seed=self.seed, score_key=self.score_key,
+                                batch_size=self.batch_size, rejected_dir=rejected_dir, map_jobs=map_jobs,
+                                sink_pii=sink_pii)
+        return {"outputs": r["outputs"], "docs_in": r["docs"], "docs_out": r["docs"] - r["removed"],
+                "rejected": r["rejected"], "extra": {"embedded": r["embedded"], "clusters": r["clusters"]}}
