@@ -57,6 +57,13 @@ def candidate_pairs(key: np.ndarray, rows: np.ndarray, tag: np.ndarray | None = 
     if only one copy of each text had entered LSH: exact copies join their group through exact edges, and
     extra copies must not change which pairs a bucket yields. Every run of equal keys must be complete (the
     callers guarantee it)."""
+    if len(key) > 1:  # a key seen once is a bucket of one: no pairs (nearly every key, on a crawl)
+        eq = key[1:] == key[:-1]
+        shared = np.zeros(len(key), bool)
+        shared[1:] |= eq
+        shared[:-1] |= eq
+        key, rows = key[shared], rows[shared]
+        tag = None if tag is None else tag[shared]
     if tag is not None and len(key) > 1:
         start = new_group(key)
         gid = np.cumsum(start)
