@@ -158,11 +158,12 @@ def read_jsonl(url: str, name: str, cfg: InputConfig) -> Iterator[Document]:
     1-based); a `metadata` object is merged into the metadata, every other field is copied into it. Blank
     lines are not records. Lines are read with a size cap, so a huge line costs at most `max_doc_bytes`
     of memory before it is rejected as `input.too_large`."""
+    prefix = stem(name)
     for item in read_jsonl_lines(url, name, cfg):
         if isinstance(item, Document):
             yield item
             continue
-        doc = parse_jsonl_line(url, name, *item, cfg)
+        doc = parse_jsonl_line(url, prefix, *item, cfg)
         if doc is not None:
             yield doc
 
@@ -186,9 +187,10 @@ def read_jsonl_lines(url: str, name: str, cfg: InputConfig) -> Iterator[tuple[in
         yield _file_failed(name, url, e, at=f"line {lineno}")
 
 
-def parse_jsonl_line(url: str, name: str, lineno: int, line: bytes, cfg: InputConfig) -> Document | None:
-    """The Document of one line of `read_jsonl_lines` (None for a blank line)."""
-    return _parse_line(line, f"{stem(name)}/{lineno}", f"{url}:{lineno}", cfg)
+def parse_jsonl_line(url: str, prefix: str, lineno: int, line: bytes, cfg: InputConfig) -> Document | None:
+    """The Document of one line of `read_jsonl_lines` (None for a blank line); `prefix` is `stem(name)`,
+    computed once per file (it costs more than parsing a short line)."""
+    return _parse_line(line, f"{prefix}/{lineno}", f"{url}:{lineno}", cfg)
 
 
 def _skip_line(f) -> int:

@@ -10,7 +10,7 @@ import numpy as np
 from bessemer.data import io
 from bessemer.data.document import Document
 from bessemer.data.pipeline import InputConfig
-from bessemer.data.readers import parse_jsonl_line, read_jsonl, read_jsonl_lines
+from bessemer.data.readers import parse_jsonl_line, read_jsonl, read_jsonl_lines, stem
 from bessemer.errors import BessemerError
 
 
@@ -24,6 +24,7 @@ def read_rows(path: str, passthrough: Callable[[int, bytes], bool]) -> Iterator[
     `passthrough(row, line)` is true comes unparsed, as (row, line bytes): a row is a record `read_docs` yields
     (a blank line is none), and a line `passthrough` is asked about must be one (start with `{`)."""
     name, cfg, row = posixpath.basename(path), InputConfig(paths=[path]), 0
+    prefix = stem(name)
     for item in read_jsonl_lines(path, name, cfg):
         if isinstance(item, Document):
             doc = item
@@ -33,7 +34,7 @@ def read_rows(path: str, passthrough: Callable[[int, bytes], bool]) -> Iterator[
                 yield row, line
                 row += 1
                 continue
-            doc = parse_jsonl_line(path, name, lineno, line, cfg)
+            doc = parse_jsonl_line(path, prefix, lineno, line, cfg)
             if doc is None:
                 continue
         yield row, doc
