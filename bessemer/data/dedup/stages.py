@@ -15,8 +15,8 @@ A document is named by its global row `shard << 32 | index`, so the order of row
 concatenated shards and the answer equals `DedupStep` over that stream. Every file goes through
 `bessemer.data.io` (local paths and s3:// alike); after each unit of work a marker holding the run's
 fingerprint is written, so a rerun skips finished work and an interrupted run ends with the same files.
-Stages (a), (b) and (d) are independent jobs run by `map_jobs(fn, jobs)`; the job functions are module-level
-and every job a picklable tuple, so local processes or Ray tasks will do.
+Every stage runs as jobs of `map_jobs(fn, jobs)` — (a), (b) and (d) many independent ones, (c) a single one — the
+job functions module-level and every job a picklable tuple, so local processes or Ray tasks will do.
 
 Memory: a signature or filter job holds one shard's arrays; a bucket job holds one block of records per shard
 (`BLOCK_BYTES` over all shards, not the corpus), `VERIFY_PAIRS` candidate pairs at a time and the spanning forest
@@ -291,6 +291,11 @@ def _edge_names(cfg: MinHashConfig, exact: bool, near: bool, parts: int) -> list
     return [f"{_band_name(b)}-{p:03d}" for b in bands for p in range(parts)]
 
 
+def _clusters_job(job: tuple) -> None:
+    with _job(f"clusters ({job[0]})"):
+        _clusters(*job)
+
+
 def _clusters(work: str, n_shards: int, names: list[str], exact: bool, fp: str) -> None:
     forest = np.empty((0, 2), np.int64)
     for name in names:  # fold each file in, keeping only a forest: memory ~ documents with an edge
@@ -416,7 +421,7 @@ def run_dedup_stages(shard_paths: list[str], workdir: str, *, num_bands: int = M
     if stop_after == "buckets":
         return {}
     if not io.marker_done(io.join(work, "clusters", "done"), fp, what):
-        _clusters(work, n, names, exact, fp)
+        map_jobs(_clusters_job, [(work, n, names, exact, fp)])  # one job: on Ray, a task with its memory request
     if stop_after == "clusters":
         return {}
     rejected = str(rejected_dir).rstrip("/") if rejected_dir is not None else io.join(work, "rejected")
