@@ -338,7 +338,7 @@ def read_warc(url: str, name: str, cfg: InputConfig) -> Iterator[Document]:
     except ImportError:
         raise ImportError("reading WARC needs warcio: pip install warcio") from None
 
-    n = 0
+    prefix, n = stem(name), 0
     try:
         with data_io.open_url(url, "rb") as f:
             for record in ArchiveIterator(f):
@@ -348,7 +348,7 @@ def read_warc(url: str, name: str, cfg: InputConfig) -> Iterator[Document]:
                 if content_type.split(";")[0].strip().lower() not in _HTML_TYPES:
                     continue
                 n += 1
-                yield _warc_doc(record, content_type, f"{stem(name)}/{n}", f"{url}#{n}", cfg)
+                yield _warc_doc(record, content_type, f"{prefix}/{n}", f"{url}#{n}", cfg)
     except _read_errors() as e:
         yield _file_failed(name, url, e, at=f"record {n}")
 
