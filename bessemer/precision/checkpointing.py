@@ -7,7 +7,9 @@
   the cheap elementwise ops around them (Korthikanti et al. 2022 recompute what is cheap to recompute).
 
 Applied to each block's `forward` from outside the model: parameter names, checkpoints and FSDP units are
-unchanged.
+unchanged. Under train.compile (parallel/compile.py) the op-level mode is traced with the block, so the compiler
+sees which outputs to keep; a whole-block checkpoint (full, every n-th block) stays eager around the compiled
+block (`compile_within`).
 """
 
 import functools
@@ -39,6 +41,21 @@ def _checkpointed(forward, context_fn, *args, **kwargs):
     if context_fn is None:
         return checkpoint(forward, *args, use_reentrant=False, **kwargs)
     return checkpoint(forward, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
+
+
+def compile_within(block: nn.Module) -> bool:
+    """When `block`'s forward is a whole-block checkpoint (full, or selective every n-th block), compile the
+    forward inside it, in place, and return True; otherwise (no checkpoint, or op-level) return False: the block
+    is then compiled whole, with its checkpoint traced.
+
+    Each recomputation reruns the compiled forward, so the memory and compute are those of eager full
+    checkpointing. The traced form fails under tensor parallelism with torch 2.13: the compiled checkpoint saves
+    the device mesh of DTensor weights for backward (`expected all tensors_saved_with_vc_check to be Tensors`)."""
+    forward = block.forward
+    if not (isinstance(forward, functools.partial) and forward.func is _checkpointed and forward.args[1] is None):
+        return False
+    block.forward = functools.partial(_checkpointed, torch.compile(forward.args[0], fullgraph=True), None)
+    return True
 
 
 def apply_activation_checkpointing(model: nn.Module, cfg: ActivationCheckpointConfig) -> list[str]:

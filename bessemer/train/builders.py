@@ -16,7 +16,7 @@ from bessemer.config import CheckpointConfig, JobConfig, to_toml
 from bessemer.model.llama import build_model
 from bessemer.model.registry import ModelArgs
 from bessemer.parallel.apply import build_model_parts
-from bessemer.parallel.compile import apply_compile, compile_enabled, compile_loss
+from bessemer.parallel.compile import apply_compile, compile_enabled, compile_loss, disable_graph_caches
 from bessemer.parallel.dims import Launch, ParallelDims, build_mesh, init_distributed
 from bessemer.parallel.pipeline import build_schedule
 from bessemer.precision.apply import prepare_model
@@ -71,7 +71,9 @@ def build_model_parts_for(cfg: JobConfig, model_args: ModelArgs, dims: ParallelD
     """Join the process group (when distributed), build the mesh and this rank's parts (and their pipeline
     schedule, whose loss is `pipeline_loss`); in one process, the whole model. Under train.compile each block
     and the loss are compiled (parallel/compile.py)."""
-    compiling = compile_enabled(cfg.train.compile, device.type, dims.tp)
+    compiling = compile_enabled(cfg.train.compile, device.type)
+    if compiling and dims.tp > 1:
+        disable_graph_caches()
     loss = compile_loss(loss_fn) if compiling else loss_fn
     if not launch.distributed:
         model = build_model(model_args, cfg.train.seq_len, device, seed=cfg.run.seed)

@@ -33,13 +33,6 @@ def test_auto_compiles_on_cuda_only(setting, device, expected):
     assert compile_enabled(setting, device) is expected
 
 
-def test_tensor_parallel_stays_eager_and_refuses_an_explicit_true():
-    assert compile_enabled("auto", "cuda", tp=2) is False
-    assert compile_enabled(True, "cpu", tp=1) is True
-    with pytest.raises(ConfigError, match="train.compile=true .* parallel.tp > 1"):
-        compile_enabled(True, "cuda", tp=2)
-
-
 def test_config_takes_auto_true_or_false_and_names_the_key_otherwise():
     assert JobConfig().train.compile == "auto"
     assert load_config(None, ["--train.compile=true"]).train.compile is True
@@ -49,16 +42,32 @@ def test_config_takes_auto_true_or_false_and_names_the_key_otherwise():
         load_config(None, ["--train.compile=fast"])
 
 
-def test_blocks_compile_in_place_after_checkpointing_with_unchanged_names():
+def test_blocks_compile_in_place_with_unchanged_names():
     eager = build_model(DEBUG, 16, seed=0)
     model = build_model(DEBUG, 16, seed=0)
-    from bessemer.config import ActivationCheckpointConfig
-
-    assert apply_activation_checkpointing(model, ActivationCheckpointConfig(mode="full"))
     assert apply_compile(model) == [f"layers.{i}" for i in range(DEBUG.n_layers)]
     assert all(block._compiled_call_impl is not None for block in model.layers.values())
     assert model._compiled_call_impl is None  # the blocks only: FSDP's hooks stay outside the graphs
     assert list(model.state_dict()) == list(eager.state_dict())  # checkpoints and HF export see the same keys
+
+
+@pytest.mark.parametrize("mode, save_ops, every", [("full", [], 2), ("selective", [], 2), ("selective", ["mm"], 2)])
+def test_a_whole_block_checkpoint_stays_eager_around_the_compiled_forward(mode, save_ops, every):
+    """full / every n-th block: the checkpoint wraps the compiled forward (compile_within); op-level selective:
+    the block is compiled whole, its checkpoint traced with it."""
+    from bessemer.config import ActivationCheckpointConfig
+    from bessemer.precision.checkpointing import _checkpointed
+
+    model = build_model(DEBUG, 16, seed=0)
+    wrapped = apply_activation_checkpointing(model, ActivationCheckpointConfig(mode=mode, save_ops=save_ops,
+                                                                               every=every))
+    apply_compile(model)
+    for name, block in model.layers.items():
+        whole_block = f"layers.{name}" in wrapped and not save_ops
+        assert (block._compiled_call_impl is None) is whole_block, name
+        if whole_block:
+            assert block.forward.func is _checkpointed
+            assert hasattr(block.forward.args[0], "_torchdynamo_orig_callable")  # what torch.compile returns
 
 
 def _build(compile_setting, precision: str = "fp32"):
