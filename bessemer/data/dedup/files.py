@@ -1,11 +1,14 @@
 """Files of the dedup stages, through `bessemer.data.io` (local paths and object stores alike): numpy arrays
 as .npy/.npz bytes, document ids packed as one UTF-8 blob plus offsets."""
 
+import functools
 import io as _io
+import os
 import posixpath
 from collections.abc import Callable, Iterator
 
 import numpy as np
+from numpy.lib import format as npformat
 
 from bessemer.data import io
 from bessemer.data.document import Document
@@ -87,11 +90,32 @@ def unpack_ids(blob: np.ndarray, offsets: np.ndarray, idx: np.ndarray) -> np.nda
 
 
 def load_rows(url: str, idx: np.ndarray) -> np.ndarray:
-    """Rows `idx` of an .npy file: memory-mapped locally (only those pages are read), read whole otherwise."""
+    """Rows `idx` of an .npy file: memory-mapped locally (only those pages are read; the map is dropped on return,
+    so memory does not grow with the calls), read whole otherwise."""
     try:
-        if io.is_local(url):
-            _, path = io.url_to_fs(url)
-            return np.asarray(np.load(path, mmap_mode="r")[idx])
-        return load_npy(url)[idx]
+        path = _local_path(url)
+        if path is None:
+            return load_npy(url)[idx]
+        st = os.stat(path)
+        shape, order, dtype, offset = _npy_layout(path, (st.st_mtime_ns, st.st_size, st.st_ino))
+        if 0 in shape:  # mmap cannot map an empty range
+            return np.empty(shape, dtype, order=order)[idx]
+        return np.asarray(np.memmap(path, dtype, "r", offset, shape, order)[idx])
     except FileNotFoundError:
         raise BessemerError(f"{url} is missing: the stage that writes it did not finish; rerun the dedup") from None
+
+
+# A bucket job gathers rows from every shard's file again and again: the URL lookup and the header parse (most of
+# the cost of a small gather) are done once, the header again only when the file changes (a rerun rewrites it).
+@functools.lru_cache(maxsize=1 << 12)
+def _local_path(url: str) -> str | None:
+    return io.url_to_fs(url)[1] if io.is_local(url) else None
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _npy_layout(path: str, stamp: tuple[int, int, int]) -> tuple[tuple[int, ...], str, np.dtype, int]:
+    """(shape, order, dtype, data offset) of an .npy file; `stamp` (mtime, size, inode) keys the cache."""
+    with open(path, "rb") as f:
+        major, _ = npformat.read_magic(f)  # 2.0 and 3.0 share the layout (a 4-byte header length)
+        shape, fortran, dtype = (npformat.read_array_header_1_0 if major == 1 else npformat.read_array_header_2_0)(f)
+        return shape, "F" if fortran else "C", dtype, f.tell()

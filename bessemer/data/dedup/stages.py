@@ -341,13 +341,13 @@ def _filter_of(job: tuple) -> None:
     path, shard, work, rejected_path, fp, sink_pii = job
     r = load_npz(io.join(work, "clusters", f"{shard:05d}.npz"))
     gone = dict(zip(r["idx"].tolist(), zip(r["reason"].tolist(), r["duplicate_of"].tolist())))
-    valid = load_npz(io.join(_sig_dir(work, shard), "docs.npz"))["valid"]
+    valid = load_npz(io.join(_sig_dir(work, shard), "docs.npz"))["valid"].tolist()  # a list: indexed per line
 
     def unchanged(row: int, line: bytes) -> bool:
         # A kept row that parsed cleanly in the signature stage (same file) and is in the writer's own form, with
         # no `reason` the reader would rename, reads back to the very document it is: copy its bytes, no JSON
         # round trip (most of this stage's time otherwise).
-        return row not in gone and bool(valid[row]) and line.startswith(_DOC_LINE_START) and _REASON_KEY not in line
+        return row not in gone and valid[row] and line.startswith(_DOC_LINE_START) and _REASON_KEY not in line
 
     # The output is an intermediate shard (a per-shard stage always follows a global one): zstd level 1 writes
     # it about twice as fast as the default 3, for slightly larger files.

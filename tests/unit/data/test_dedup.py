@@ -15,6 +15,8 @@ from bessemer.data.dedup.minhash import (
     MinHashConfig,
     _minhash_rows,
     minhash,
+    minhash_flat,
+    normalize_batch,
     normalize_text,
     shingle_hashes,
     shingle_hashes_batch,
@@ -62,6 +64,27 @@ def test_minhash_rows_are_multiply_shift():
     got = _minhash_rows(x, a, b)  # (P, S)
     want = [[(int(ai) * int(xi) + int(bi)) % (1 << 64) for xi in x] for ai, bi in zip(a, b)]
     assert got.tolist() == want
+
+
+def test_normalize_batch_matches_normalize_text():
+    rng = np.random.default_rng(0)
+    alphabet = list("ab Z9 \t\n.,-_\x00\x01") + ["é", "中", "\u00a0"]
+    for _ in range(300):
+        texts = ["".join(rng.choice(alphabet, size=rng.integers(0, 14))) for _ in range(rng.integers(0, 9))]
+        if rng.random() < 0.5:  # all ASCII and NUL-free: the whole batch takes the numpy path
+            texts = [t.encode("ascii", "ignore").decode().replace("\x00", "") for t in texts]
+        assert normalize_batch(texts) == [normalize_text(t) for t in texts], texts
+
+
+def test_minhash_of_documents_spanning_blocks_is_their_minimum():
+    a, b = MinHashConfig().permutations()
+    rng = np.random.default_rng(1)
+    counts = np.array([3, 0, 9000, 0, 20000, 5, 0])  # documents longer than a block, and empty ones between
+    x = rng.integers(0, 1 << 32, size=int(counts.sum()), dtype=np.uint64)
+    sig = minhash_flat(x, counts, a, b)
+    for i, part in enumerate(np.split(x, np.cumsum(counts)[:-1])):
+        want = _minhash_rows(part, a, b).min(axis=1) if len(part) else np.full(len(a), EMPTY)
+        assert np.array_equal(sig[i], want), i
 
 
 def test_batch_shingles_and_ascii_normalization_match_the_slow_paths():

@@ -15,6 +15,7 @@ from dedup_corpus import corpus, write_shards
 
 from bessemer.data import io
 from bessemer.data.dedup import graph, stages
+from bessemer.data.dedup.files import load_rows, save_npy
 from bessemer.data.dedup.stages import (
     BAND_RECORD,
     SLOTS,
@@ -222,6 +223,17 @@ def test_filter_copies_kept_lines_as_the_parsed_path_would_write_them(tmp_path, 
             assert fa.read() == fb.read(), (a, b)
     with open_bytes(rejected("fast")[0]) as f:
         assert b"input.invalid_json" in f.read()
+
+
+def test_load_rows_reads_a_rewritten_file_anew(tmp_path):
+    url = str(tmp_path / "m.npy")
+    save_npy(url, np.arange(12, dtype=np.uint32).reshape(4, 3))
+    assert load_rows(url, np.array([1, 3])).tolist() == [[3, 4, 5], [9, 10, 11]]
+    save_npy(url, np.arange(100, 110, dtype=np.int64).reshape(5, 2))  # header cached for the old file
+    got = load_rows(url, np.array([0, 4]))
+    assert got.dtype == np.int64 and got.tolist() == [[100, 101], [108, 109]]
+    save_npy(url, np.empty((0, 3), np.uint32))
+    assert load_rows(url, np.array([], np.int64)).shape == (0, 3)
 
 
 def test_hash_range_parts_give_the_same_answer(tmp_path):
