@@ -13,8 +13,9 @@ completion order), so a caller can show progress.
 
 A job that raises fails the map with `JobFailed`, whose message names the job (`shard part-00003 of 8
 (output.dir ...)`, or the function and job number) and the original error; the jobs not yet started are
-cancelled. Jobs write their files atomically with their completion markers last (bessemer/data/io.py), so the
-next run resumes where this one stopped, whichever runner ran it.
+cancelled, the running ones finish. An interruption (KeyboardInterrupt, also raised by `on_done`) stops the
+local workers at once. Jobs write their files atomically with their completion markers last
+(bessemer/data/io.py), so the next run resumes where this one stopped, whichever runner ran it.
 
 Ray tasks declare `Resources` (CPUs and memory, `[executor] task_cpus`, `task_memory_mb`); Ray schedules a
 task only on a node with that much free, so a large dedup stage does not overcommit a node's memory. A
@@ -114,8 +115,11 @@ class LocalRunner:
         self._held = False
         self._close_pool()
 
-    def _close_pool(self) -> None:
+    def _close_pool(self, stop_running: bool = False) -> None:
         if self._pool is not None:
+            if stop_running:  # Python 3.14 has Executor.terminate_workers() for this
+                for process in list((self._pool._processes or {}).values()):
+                    process.terminate()
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
@@ -151,10 +155,13 @@ class LocalRunner:
                     results[i] = value
                     if on_done is not None:
                         on_done(value)
-        except BaseException:
+        except BaseException as e:
             for fut in pending:
                 fut.cancel()
-            self._close_pool()  # waits for the jobs already running; a broken pool is not reused
+            # A failed job: the jobs already running finish. An interruption (Ctrl-C, or on_done raising
+            # KeyboardInterrupt): they stop now, as a resumable job allows, instead of running to their end (and
+            # a worker would start the next job already queued to it). A broken pool is not reused.
+            self._close_pool(stop_running=not isinstance(e, Exception))
             raise
         finally:
             if not self._held:

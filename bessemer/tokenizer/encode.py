@@ -1,11 +1,13 @@
 """`bessemer tokenizer encode`: clean documents -> token shards, in parallel, shuffled, resumable, appendable.
 No torch.
 
-Work. Every input file is one task. A worker process takes a task and does all of it: reads the file through
-the curation readers (inputs.py), tokenizes batches of documents (`encode_batch`), and writes the task's own
-shard files. The parent only hands out tasks, records finished ones and writes the index; no token passes
-through it. The output depends on the inputs, the tokenizer and the settings only — not on the number of
-workers or the order in which tasks finish (tested byte for byte).
+Work. Every input file is one job of a LocalRunner (bessemer/data/runner.py: in this process for one worker,
+else a pool of spawned processes). A worker takes a job and does all of it: reads the file through the curation
+readers (inputs.py), tokenizes batches of documents (`encode_batch`), and writes the task's own shard files. It
+loads the tokenizer on its first job and keeps it for the next (`_tokenizer`, keyed by path and sha256). The
+parent only hands out jobs, records finished ones (the runner's `on_done`) and writes the index; no token passes
+through it. The output depends on the inputs, the tokenizer and the settings only — not on the number of workers
+or the order in which tasks finish (tested byte for byte).
 
 Shuffle. Document k of a task goes to one of `buckets` open shards, chosen by a hash of (seed, task, k)
 (order.bucket_of); a bucket's documents are written when it holds `shard_tokens` tokens, in a seeded
@@ -26,17 +28,19 @@ changed size.
 
 import hashlib
 import json
-import multiprocessing
 import os
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from bessemer.data import io as data_io
 from bessemer.data.readers import file_size
+from bessemer.data.runner import LocalRunner
 from bessemer.dataset.order import bucket_of, permute
 from bessemer.dataset.shards import (
     INDEX,
@@ -77,8 +81,9 @@ class EncodeResult:
 
 @dataclass(frozen=True)
 class _Settings:
-    """What every worker needs besides its task (sent once, to the pool's initializer)."""
+    """What every job needs besides its input file (a few strings and numbers: sent with each job)."""
     tokenizer: str
+    tokenizer_sha256: str
     out: str
     shard_tokens: int
     buckets: int
@@ -102,18 +107,18 @@ def _load(path: str | Path):
     return tokenizer
 
 
-# Worker processes: each loads the tokenizer once.
-_worker: tuple | None = None
+@lru_cache(maxsize=1)
+def _tokenizer(path: str, sha256: str):
+    """The tokenizer at `path`, loaded once per process: a pool worker loads it for its first job and reuses it
+    for the next; in one process the parent's copy serves the jobs. The sha256 in the key loads a file that
+    changed again."""
+    return _load(path)
 
 
-def _init_worker(settings: _Settings) -> None:
-    global _worker
-    _worker = (settings, _load(settings.tokenizer))
-
-
-def _run_in_worker(task: _Task) -> dict:
-    settings, tok = _worker
-    return encode_task(tok, settings, task)
+def _encode_job(job: tuple[_Settings, _Task]) -> dict:
+    """One runner job: a whole input file (in a worker process, or in this one for one worker)."""
+    s, task = job
+    return encode_task(_tokenizer(s.tokenizer, s.tokenizer_sha256), s, task)
 
 
 class _Bucket:
@@ -240,7 +245,8 @@ def encode_inputs(tokenizer: str | Path, inputs: str | Path | list[str | Path], 
     <|domain:NAME|> before each document. `on_task_done(files done in this run)` is called after each
     commit (tests use it to interrupt a run)."""
     tok_path = tokenizer_file(tokenizer)
-    tok = _load(tok_path)
+    tok_sha = _sha256(tok_path)
+    tok = _tokenizer(str(tok_path), tok_sha)
     eos = tok.token_to_id(EOS)
     if eos is None:
         raise BessemerError(f"{tok_path} has no {EOS} token; train it with `bessemer tokenizer train`")
@@ -253,7 +259,7 @@ def encode_inputs(tokenizer: str | Path, inputs: str | Path | list[str | Path], 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     settings = {"seed": seed, "buckets": buckets, "shard_tokens": shard_tokens, "tag_domain": tag_domain}
-    state = _load_state(out, _sha256(tok_path), tok.get_vocab_size(), eos)
+    state = _load_state(out, tok_sha, tok.get_vocab_size(), eos)
     result = EncodeResult(out)
     entries = state["inputs"]
     run = 1 + max((e["run"] for e in entries.values()), default=0)
@@ -281,27 +287,31 @@ def encode_inputs(tokenizer: str | Path, inputs: str | Path | list[str | Path], 
 
     _remove_files_of(out, {t.number for t in todo})
     data_io.write_json(str(out / PROGRESS), state)
-    s = _Settings(str(tok_path), str(out), shard_tokens, buckets, seed, text_field, domain_field, domain, tag_domain)
+    s = _Settings(str(tok_path), tok_sha, str(out), shard_tokens, buckets, seed, text_field, domain_field, domain,
+                  tag_domain)
     bar = _progress_bar(sum(entries[t.source.file.url]["size"] for t in todo)) \
         if progress and sys.stderr.isatty() else None
     by_number = {t.number: t for t in todo}
-    finished = _run_tasks(todo, s, tok, workers)
+
+    def commit(done: dict) -> None:
+        """In the parent, as each task finishes (in completion order): record it and rewrite the progress file."""
+        entry = entries[by_number[done["task"]].source.file.url]
+        entry.update(complete=True, shards=done["shards"], docs=done["docs"], tokens=done["tokens"])
+        result.docs += done["docs"]
+        result.tokens += done["tokens"]
+        result.files_done += 1
+        result.bad.merge(BadRecords(dict(done["bad"]["counts"]), list(done["bad"]["examples"])))
+        data_io.write_json(str(out / PROGRESS), state)
+        if bar is not None:
+            bar.advance(bar.task_ids[0], entry["size"])
+        if on_task_done:
+            on_task_done(result.files_done)
+
     try:
-        for done in finished:
-            task = by_number[done["task"]]
-            entry = entries[task.source.file.url]
-            entry.update(complete=True, shards=done["shards"], docs=done["docs"], tokens=done["tokens"])
-            result.docs += done["docs"]
-            result.tokens += done["tokens"]
-            result.files_done += 1
-            result.bad.merge(BadRecords(dict(done["bad"]["counts"]), list(done["bad"]["examples"])))
-            data_io.write_json(str(out / PROGRESS), state)
-            if bar is not None:
-                bar.advance(bar.task_ids[0], entry["size"])
-            if on_task_done:
-                on_task_done(result.files_done)
+        with _one_thread_per_worker():
+            LocalRunner(workers).map(_encode_job, [(s, t) for t in todo], on_done=commit,
+                                     names=[f"encoding {t.source.file.url}" for t in todo])
     finally:
-        finished.close()  # stops the worker pool now, also when interrupted
         if bar is not None:
             bar.stop()
     if not _all_shards(state):
@@ -314,19 +324,14 @@ def encode_inputs(tokenizer: str | Path, inputs: str | Path | list[str | Path], 
     return result
 
 
-def _run_tasks(todo: list[_Task], s: _Settings, tok, workers: int):
-    """Each task's result as it finishes. One worker: in this process; more: a pool of spawned processes
-    (a forked child would inherit the parent's tokenizer thread pool state), one task at a time each."""
+@contextmanager
+def _one_thread_per_worker() -> Iterator[None]:
+    """One tokenizer thread per worker: the processes are the parallelism. Set in this process, so that the
+    spawned workers inherit it and the in-process worker sees it too; restored afterwards."""
     env = os.environ.get("TOKENIZERS_PARALLELISM")
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker: the processes are the parallelism
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
     try:
-        if workers == 1 or len(todo) == 1:
-            for task in todo:
-                yield encode_task(tok, s, task)
-            return
-        ctx = multiprocessing.get_context("spawn")
-        with ctx.Pool(min(workers, len(todo)), initializer=_init_worker, initargs=(s,)) as pool:
-            yield from pool.imap_unordered(_run_in_worker, todo, chunksize=1)
+        yield
     finally:
         if env is None:
             os.environ.pop("TOKENIZERS_PARALLELISM", None)

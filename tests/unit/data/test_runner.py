@@ -4,6 +4,7 @@ process, a Ray worker) imports them without this test module."""
 
 import math
 import os
+import time
 
 import pytest
 
@@ -60,6 +61,16 @@ def test_keyboard_interrupt_in_process_passes_through():
 
     with pytest.raises(KeyboardInterrupt):
         LocalRunner(1).map(stop, [1])
+
+
+def test_an_interruption_stops_the_running_jobs_at_once():
+    def stop(_):
+        raise KeyboardInterrupt
+
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):  # the first job ends at once; the other would sleep a minute
+        LocalRunner(2).map(time.sleep, [0, 60], on_done=stop)
+    assert time.monotonic() - start < 30
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ import pytest
 
 from bessemer.dataset.shards import TokenDataset
 from bessemer.errors import BessemerError
+from bessemer.tokenizer import encode
 from bessemer.tokenizer.common import load_tokenizer
 from bessemer.tokenizer.encode import PROGRESS, encode_inputs
 
@@ -134,3 +135,29 @@ def test_special_token_text_stays_text_and_domain_tags(trained, tmp_path):
     assert tagged == (tok.token_to_id("<|domain:web|>"),) + plain
     with pytest.raises(BessemerError, match=re.escape("no <|domain:other|> token")):
         encode_inputs(trained["bpe"], src, tmp_path / "other", domain="other", tag_domain=True)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_error_in_a_worker_names_the_input_file(trained, tmp_path, workers):
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.jsonl").write_text(json.dumps({"text": "a", "metadata": {"domain": "web"}}) + "\n")
+    (src / "b.jsonl").write_text(json.dumps({"text": "b", "metadata": {"domain": "other"}}) + "\n")
+    with pytest.raises(BessemerError, match=re.escape(f"encoding {src / 'b.jsonl'} failed: ") + ".*"
+                       + re.escape("no <|domain:other|> token")):
+        encode_inputs(trained["bpe"], src, tmp_path / "out", workers=workers, tag_domain=True)
+
+
+def test_the_tokenizer_is_loaded_once_per_process_until_its_file_changes(trained, inputs, tmp_path, monkeypatch):
+    loads = []
+    real = encode._load
+    monkeypatch.setattr(encode, "_load", lambda path: loads.append(path) or real(path))
+    encode._tokenizer.cache_clear()
+    tok = tmp_path / "tok.json"
+    tok.write_bytes((trained["bpe"] / "tokenizer.json").read_bytes())
+    encode_inputs(tok, inputs, tmp_path / "one", workers=1, shard_tokens=SHARD_TOKENS)
+    encode_inputs(tok, inputs, tmp_path / "two", workers=1, shard_tokens=SHARD_TOKENS)
+    assert len(loads) == 1  # the parent's copy served every task of both runs
+    tok.write_bytes((trained["sentencepiece"] / "tokenizer.json").read_bytes())
+    encode_inputs(tok, inputs, tmp_path / "three", workers=1, shard_tokens=SHARD_TOKENS)
+    assert len(loads) == 2  # another file under the same path
