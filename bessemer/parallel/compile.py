@@ -16,6 +16,7 @@ from typing import Literal
 
 import torch
 from torch import nn
+from torch.distributed._functional_collectives import AsyncCollectiveTensor
 
 from bessemer.precision.checkpointing import compile_within
 
@@ -62,8 +63,6 @@ def _wait_for_collective(module: nn.Module, args: tuple, out: torch.Tensor) -> t
     tensor as its input's gradient where DTensor's backward expects a DTensor, which fails, or under FSDP2
     trains to other losses (2e-3 relative after 20 steps, tp 2 x dp_shard 2). One copy of the (B, T, dim)
     activations per step; eager blocks wait on first use as before."""
-    from torch.distributed._functional_collectives import AsyncCollectiveTensor
-
     return out.clone() if isinstance(out, AsyncCollectiveTensor) else out
 
 
