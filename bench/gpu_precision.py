@@ -17,11 +17,10 @@ import time
 import torch
 import torch.nn.functional as F
 
-from bessemer.config import load_config
-from bessemer.model.llama import build_model
+from bessemer.config import ParallelConfig, load_config
 from bessemer.model.registry import count_params, flops_per_token, get_model_args
+from bessemer.parallel.build import build_model_parts, single_process
 from bessemer.plan.catalog import match_gpu
-from bessemer.precision.apply import prepare_model
 from bessemer.precision.policy import PrecisionPolicy, compute_context
 
 
@@ -33,10 +32,9 @@ def run(mode: str, args: argparse.Namespace, device: torch.device) -> float:
     cfg = load_config(None, overrides).precision
     torch.manual_seed(0)
     margs = get_model_args(args.model, args.vocab)
-    model = build_model(margs, args.seq_len, device)
+    # The trainer's own recipe on a mesh of one: FP8 conversion, recompute, autocast islands.
+    (model,), _ = build_model_parts(margs, args.seq_len, single_process(), None, ParallelConfig(), cfg, device, seed=0)
     policy = PrecisionPolicy(cfg)
-    prepare_model(model, policy, cfg, tp=1)
-    policy.apply_autocast_islands(model)
     step_model = torch.compile(model) if args.compile else model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     tokens = torch.randint(0, margs.vocab_size, (args.batch, args.seq_len + 1), device=device)

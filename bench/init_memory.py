@@ -2,7 +2,7 @@
 pass, against the ideal: the rank's parameter and gradient shards plus the largest unit FSDP gathers at once.
 
 No rank ever builds the full model: parts are built on the meta device, parallelised, and each rank draws
-only its own shards (model/llama.py, parallel/apply.py). Each layout starts 8 gloo ranks (torchrun,
+only its own shards (model/llama.py, parallel/build.py). Each layout starts 8 gloo ranks (torchrun,
 OMP_NUM_THREADS=1) through the real Trainer (bessemer's build path, `Trainer.__init__`), then runs one forward
 and backward pass of one step (no optimizer step, so no AdamW states). Each rank measures its peak resident
 memory (ru_maxrss) above the RSS it had right after `import torch` (a bare torch process, measured in the

@@ -45,7 +45,7 @@ def _cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
 
         print(describe_run(cfg, args.nproc))
         return 0
-    from bessemer.parallel.launch import train
+    from bessemer.train.launch import train
 
     if args.max_restarts < 0:
         raise BessemerError(f"--max-restarts must be >= 0, got {args.max_restarts}")

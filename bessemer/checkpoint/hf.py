@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 from torch.distributed.tensor import DTensor
 
+from bessemer.dtensor import local_part
 from bessemer.errors import BessemerError
 from bessemer.model.registry import ModelArgs
 
@@ -448,8 +449,6 @@ def load_hf_into(hf_dir: Path, args: ModelArgs, parts: list[torch.nn.Module]) ->
     """Fill the parameters of `parts` (whole models, pipeline stages, FSDP or tensor-parallel shards) from a
     transformers Llama directory, each rank reading only the rows and columns of its own shards: memory
     holds this rank's shards plus one region being copied, never the model."""
-    from bessemer.model.llama import local_part
-
     weights = HFWeights(hf_dir, args)
     for part in parts:
         for name, p in part.named_parameters():

@@ -16,7 +16,7 @@ from bessemer.checkpoint.manifest import check, read_manifest, step_problem
 from bessemer.checkpoint.ranks import Ranks
 from bessemer.checkpoint.reading import Damaged, VerifyingReader, read_verified
 from bessemer.errors import BessemerError
-from bessemer.parallel.reduce import local
+from bessemer.dtensor import local
 
 
 class NotHere(Exception):

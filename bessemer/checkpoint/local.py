@@ -13,19 +13,12 @@ global and local shape are checked); the macro tier, in DCP's format, reshards.
 from pathlib import Path
 
 import torch
-from torch.distributed.tensor import DTensor
 
 from bessemer.checkpoint.writer import write_state
+from bessemer.dtensor import local, shard_shape
 from bessemer.errors import BessemerError
 
 STORAGE = "local"
-
-
-def _shape(value) -> list:
-    """What must match for a local shard to fit: global shape, local shape, placements."""
-    if isinstance(value, DTensor):
-        return [list(value.shape), list(value.to_local().shape), [str(p) for p in value.placements]]
-    return [list(value.shape), list(value.shape), []]
 
 
 def save_rank(path: Path, sharded: dict, small: dict, algo: str) -> dict:
@@ -33,8 +26,8 @@ def save_rank(path: Path, sharded: dict, small: dict, algo: str) -> dict:
     payload = {"sharded": {}, "shapes": {}, "small": small}
     for name, component in sharded.items():
         state = component.state_dict()
-        payload["sharded"][name] = {k: v.to_local() if isinstance(v, DTensor) else v for k, v in state.items()}
-        payload["shapes"][name] = {k: _shape(v) for k, v in state.items() if isinstance(v, torch.Tensor)}
+        payload["sharded"][name] = {k: local(v) if isinstance(v, torch.Tensor) else v for k, v in state.items()}
+        payload["shapes"][name] = {k: shard_shape(v) for k, v in state.items() if isinstance(v, torch.Tensor)}
     return write_state(path, payload, algo)
 
 
@@ -55,10 +48,9 @@ def load_sharded(payload: dict, sharded: dict, path: Path) -> None:
                 if not isinstance(value, torch.Tensor):
                     state[key] = saved[key]
                     continue
-                if shapes.get(key) != _shape(value):
+                if shapes.get(key) != shard_shape(value):
                     raise BessemerError(f"cannot restore {name} {key} from {path}: saved with shape "
-                                        f"{shapes.get(key)}, this run has {_shape(value)} (global, local, "
+                                        f"{shapes.get(key)}, this run has {shard_shape(value)} (global, local, "
                                         f"placements) — a node-local checkpoint loads only into its own layout")
-                target = value.to_local() if isinstance(value, DTensor) else value
-                target.copy_(saved[key])
+                local(value).copy_(saved[key])
         component.load_state_dict(state)

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bessemer.config.engine import opt, section
+from bessemer.config.mixture import parse_schedule
+from bessemer.config.precision_rules import FP8_RECIPES, parse_rules
 from bessemer.errors import ConfigError
-from bessemer.precision.rules import FP8_RECIPES, parse_rules
+from bessemer.model.registry import MODEL_SIZES
 
 
 @dataclass
@@ -29,9 +31,6 @@ class ModelConfig:
     vocab_size: int = opt(0, "Vocabulary size; 0 = the data's vocabulary (index.json), else the registry's.")
 
     def validate(self) -> None:
-        # Imported here: the registry is plain Python, but keep this module's imports minimal.
-        from bessemer.model.registry import MODEL_SIZES
-
         if self.name not in MODEL_SIZES:
             raise ConfigError(f"model.name: unknown size {self.name!r}; choose one of {', '.join(MODEL_SIZES)}")
         if self.vocab_size < 0:
@@ -61,8 +60,6 @@ class DataConfig:
                            "(0.02 = 2 percentage points); checked against train.global_batch at start.")
 
     def validate(self) -> None:
-        from bessemer.dataset.composition import parse_schedule
-
         if self.paths and not self.domains:
             raise ConfigError("data.paths joins shard directories into a domain mixture: set data.domains too")
         for name, weight in self.domains.items():

@@ -4,6 +4,7 @@ world size is known. No torch."""
 
 import math
 
+from bessemer.config.mixture import max_deviation, parse_schedule
 from bessemer.config.sections import DataConfig, JobConfig, TrainConfig
 from bessemer.errors import ConfigError
 
@@ -39,9 +40,7 @@ def _normalized(weights: dict[str, float]) -> dict[str, float]:
 
 def _check_mixture_batch(data: DataConfig, global_batch: int) -> None:
     """Whether a batch of `global_batch` sequences can hold every domain within data.tolerance of its weight:
-    each domain gets the floor or the ceiling of global_batch x weight sequences (dataset/composition.py)."""
-    from bessemer.dataset.composition import max_deviation, parse_schedule  # numpy: only when a mixture is set
-
+    each domain gets the floor or the ceiling of global_batch x weight sequences (config/mixture.py)."""
     if not data.domains:
         return
     always = math.ceil(1 / data.tolerance - 1e-9)  # a batch this large meets the tolerance for any weights

@@ -27,13 +27,8 @@ import torch
 import torch.distributed as dist
 
 from bessemer.config import DataConfig
-from bessemer.dataset.composition import (
-    compose,
-    interleave,
-    normalized,
-    parse_schedule,
-    reweight,
-)
+from bessemer.config.mixture import normalized, parse_schedule
+from bessemer.dataset.composition import compose, interleave, reweight
 from bessemer.dataset.loader import TokenLoader
 from bessemer.dataset.order import permute, stream_tag
 from bessemer.dataset.shards import TokenDataset

@@ -25,7 +25,7 @@ def _fresh_dir(run_dir: Path) -> None:
 
 def run_demo(run_dir: str | Path, overrides: list[str] = ()) -> Path:
     from bessemer.demo.corpus import build_raw_corpus, build_token_data, curate, read_curated
-    from bessemer.parallel.launch import train
+    from bessemer.train.launch import train
     from bessemer.report.run_report import build_report, read_metrics, summarize
 
     if not DEMO_CONFIG.is_file():

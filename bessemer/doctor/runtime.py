@@ -83,7 +83,7 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
 def expected_rng_groups(world_size: int) -> list[list[int]]:
     """Ranks that must hold the same RNG state, one list per group; ranks of different groups must differ.
 
-    The trainer calls seed_everything(cfg.run.seed) on every rank (train/trainer.py, train/state.py) with no
+    The trainer calls seed_everything(cfg.run.seed) on every rank (train/trainer.py, rng.py) with no
     per-rank offset: the model has no dropout, every rank initialises from the same seeded full model
     (model/llama.py: per-parameter generators seeded by run.seed and the parameter's name, not the global RNG)
     and the data order is positional (dataset/loader.py), not sampled. So every
@@ -109,7 +109,7 @@ def _digest(data: bytes) -> str:
 
 def rng_fingerprint() -> dict[str, str]:
     """A hash of each generator's state (Python, NumPy, torch CPU and CUDA when initialised)."""
-    from bessemer.train.state import RNGState
+    from bessemer.rng import RNGState
 
     state = RNGState().state_dict()
     n = state["numpy"]
@@ -277,7 +277,7 @@ def run_runtime_checks(dims_spec: dict | None = None, sizes_mb: tuple[float, ...
     from bessemer.doctor.runtime_comm import (DEFAULT_MAX_MIB, busbw_checks, clock_check, measure_busbw,
                                               measure_clock_offsets, planner_expectation, size_ladder)
     from bessemer.parallel.dims import Launch, ParallelDims, build_mesh, init_distributed
-    from bessemer.train.state import seed_everything
+    from bessemer.rng import seed_everything
 
     spec = dict(dims_spec or {})
     unknown = sorted(set(spec) - set(MESH_DIMS))

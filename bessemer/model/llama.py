@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from bessemer.dtensor import local_part
 from bessemer.model.registry import ModelArgs
 
 # Values drawn per generator: blocks of whole rows of about this many elements (16 MiB in fp32).
@@ -251,18 +252,6 @@ class Transformer(nn.Module):
 def _block_seed(seed: int, name: str, block: int) -> int:
     digest = hashlib.blake2b(f"{seed}/{name}/{block}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") >> 1  # a non-negative 63-bit seed
-
-
-def local_part(p: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
-    """This rank's part of `p` and where it starts in the full tensor."""
-    if not isinstance(p, DTensor):
-        return p, (0,) * p.dim()
-    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
-
-    local = p.to_local()
-    shape, offset = compute_local_shape_and_global_offset(p.shape, p.device_mesh, p.placements)
-    assert tuple(shape) == tuple(local.shape), (shape, tuple(local.shape))
-    return local, tuple(offset)
 
 
 @torch.no_grad()

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.distributed._functional_collectives import AsyncCollectiveTensor
 
-from bessemer.precision.checkpointing import compile_within
+from bessemer.parallel.recompute import compile_within
 
 CompileSetting = bool | Literal["auto"]
 

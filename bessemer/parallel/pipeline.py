@@ -33,6 +33,7 @@ from torch.distributed.pipelining.schedules import (
     ScheduleInterleavedZeroBubble,
 )
 
+from bessemer.dtensor import local
 from bessemer.model.llama import Transformer
 from bessemer.model.registry import ModelArgs
 
@@ -107,7 +108,7 @@ def sync_tied_grads(parts: list[nn.Module]) -> None:
         p = part.tok_embeddings.weight if part.tok_embeddings is not None else part.output.weight
         if p.grad is None:  # a stage that got no gradient still takes part in the sum
             p.grad = torch.zeros_like(p)
-        grad = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad  # FSDP: alike-sharded on both ends
+        grad = local(p.grad)  # FSDP: alike-sharded on both ends
         dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=group)
 
 

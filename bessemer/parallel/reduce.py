@@ -8,11 +8,6 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 
-def local(t: torch.Tensor) -> torch.Tensor:
-    """This rank's shard of a DTensor, or the tensor itself."""
-    return t.to_local() if isinstance(t, DTensor) else t
-
-
 def _groups(params: list[torch.nn.Parameter]) -> list[list[torch.nn.Parameter]]:
     """Parameters with gradients, grouped so that each group is all plain tensors or DTensors of one mesh
     (torch's foreach kernels do not mix them)."""

@@ -16,7 +16,7 @@ r = bytes of the residual stream (4 under autocast, else c), t = tp with sequenc
 - optimizer: 8·P/D (AdamW's two fp32 states).
 - offload "full" under FSDP (D > 1 or dp_replicate > 1): parameters, gradients and states live on the
   host (FSDP2 CPUOffloadPolicy) and the device keeps only the FSDP buffers. "partial", and "full" without
-  FSDP (fraction 1): the fraction's states step on the host (precision/offload.py), which holds 16 bytes
+  FSDP (fraction 1): the fraction's states step on the host (train/offload.py), which holds 16 bytes
   per such parameter (fp32 copy, its gradient, two states); the device drops their states only.
 - fsdp buffers (D > 1, or a replicated FSDP group with a 16-bit compute dtype): unsharded compute-dtype
   copies of the block in use and the prefetched one, plus the root (embedding, final norm, head), which
@@ -40,7 +40,7 @@ r = bytes of the residual stream (4 under autocast, else c), t = tp with sequenc
   the trainer holds (sbV·c), the cross-entropy's fp32 log-softmax (4·sbV) and the targets (8·sb).
   Checkpointing: "full" keeps only each block's input (sbh·r / t), and backward rebuilds one block at a
   time (one block's activations on top); "selective" with every = n does so for the blocks whose global
-  layer id is a multiple of n (precision/checkpointing.py); "selective" with save_ops keeps each block's
+  layer id is a multiple of n (parallel/recompute.py); "selective" with save_ops keeps each block's
   input plus the outputs of those ops (mm: every projection; sdpa: attention output and logsumexp; silu).
 - pipeline: at its peak a rank holds the activations of several micro-batches, in the order torch's
   schedules run them (m = pipeline micro-batches): gpipe all m; 1f1b min(m, pp - rank);
@@ -237,7 +237,7 @@ def _rank_memory(args: ModelArgs, dims: ParallelDims, parallel: ParallelConfig, 
     params, grads, optimizer, host = MASTER * sharded, GRAD * sharded, ADAM * sharded, 0
 
     c = DTYPE_BYTES[precision.dtype]
-    fsdp = shard > 1 or dims.dp_replicate > 1  # parallel/apply.py wraps the model in FSDP2 then
+    fsdp = shard > 1 or dims.dp_replicate > 1  # parallel/build.py wraps the model in FSDP2 then
     autocast = c < 4 and not fsdp
 
     offload = precision.offload

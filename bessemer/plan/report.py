@@ -156,7 +156,7 @@ memory_gib_per_rank = {_toml_float(best.memory["total"] / GIB)}
 
 def checkpoint_every(n_layers: int, k: int) -> int:
     """The trainer's selective checkpointing wraps the blocks whose global id is a multiple of `every`
-    (precision/checkpointing.py), ⌈L/every⌉ of them: the largest `every` that still wraps at least the k
+    (parallel/recompute.py), ⌈L/every⌉ of them: the largest `every` that still wraps at least the k
     layers the plan recomputes (exactly k when some `every` gives ⌈L/every⌉ = k, else the next count above)."""
     return max(n for n in range(1, n_layers + 1) if math.ceil(n_layers / n) >= k)
 

@@ -26,7 +26,7 @@ Step:  (m + bubble) · T_mb + exposed data-parallel time, with m = B/(dp·b) mic
 (p−1) for GPipe and 1F1B, (p−1)/v interleaved, (p−1)/(3v) zero bubble (ZB-H1 removes about two thirds): the
 bubble's share of the step, bubble/(m + bubble), grows as the per-replica batch (m) shrinks.
 Data parallel (ring costs: all-reduce 2(n−1)/n · S/B, all-gather and reduce-scatter (n−1)/n · S/B), as our
-trainer issues them (parallel/apply.py): FSDP without pipelining re-gathers parameters in forward and in
+trainer issues them (parallel/build.py): FSDP without pipelining re-gathers parameters in forward and in
 backward and reduces gradients for every micro-batch, hidden behind that micro-batch's compute; with
 pipelining it gathers once per step (hidden behind the first micro-batch) and reduces once after the last
 backward, which only that last micro-batch's backward can hide — with one micro-batch per replica nothing

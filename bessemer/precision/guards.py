@@ -17,7 +17,7 @@ import torch.distributed as dist
 from torch import nn
 
 from bessemer.config import GuardConfig
-from bessemer.parallel.reduce import local
+from bessemer.dtensor import local
 
 Alert = Callable[..., None]  # alert(kind, message, **fields)
 

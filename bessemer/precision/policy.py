@@ -23,7 +23,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from bessemer.config import PrecisionConfig
-from bessemer.precision.rules import ModulePrecision, parse_rules, resolve
+from bessemer.config.precision_rules import ModulePrecision, parse_rules, resolve
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

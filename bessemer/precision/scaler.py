@@ -17,7 +17,7 @@ value, the counters or `state_dict` does wait.
 import torch
 
 from bessemer.config import LossScalerConfig
-from bessemer.parallel.reduce import local
+from bessemer.dtensor import local
 
 # Positions in the counter tensor.
 _GROWTH, _HYSTERESIS, _OVERFLOWS, _BACKOFFS = range(4)

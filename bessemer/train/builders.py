@@ -13,14 +13,11 @@ from torch import nn
 
 from bessemer.checkpoint.paths import redact_url
 from bessemer.config import CheckpointConfig, JobConfig, to_toml
-from bessemer.model.llama import build_model
 from bessemer.model.registry import ModelArgs
-from bessemer.parallel.apply import build_model_parts
-from bessemer.parallel.compile import apply_compile, compile_enabled, compile_loss, disable_graph_caches
+from bessemer.parallel.build import build_model_parts, single_process
+from bessemer.parallel.compile import compile_enabled, compile_loss, disable_graph_caches
 from bessemer.parallel.dims import Launch, ParallelDims, build_mesh, init_distributed
 from bessemer.parallel.pipeline import build_schedule
-from bessemer.precision.apply import prepare_model
-from bessemer.precision.policy import PrecisionPolicy
 
 Event = Callable[..., None]  # event(name, step, **fields)
 
@@ -66,22 +63,19 @@ class ModelBuild:
 
 
 def build_model_parts_for(cfg: JobConfig, model_args: ModelArgs, dims: ParallelDims, launch: Launch,
-                          device: torch.device, policy: PrecisionPolicy, pp_microbatches: int,
-                          pipeline_loss: "PipelineLoss") -> ModelBuild:
+                          device: torch.device, pp_microbatches: int, pipeline_loss: "PipelineLoss") -> ModelBuild:
     """Join the process group (when distributed), build the mesh and this rank's parts (and their pipeline
-    schedule, whose loss is `pipeline_loss`); in one process, the whole model. Under train.compile each block
-    and the loss are compiled (parallel/compile.py)."""
+    schedule, whose loss is `pipeline_loss`); in one process, the whole model on a mesh of one. Either way the
+    parts come from the one recipe, parallel/build.py. Under train.compile each block and the loss are compiled
+    (parallel/compile.py)."""
     compiling = compile_enabled(cfg.train.compile, device.type)
     if compiling and dims.tp > 1:
         disable_graph_caches()
     loss = compile_loss(loss_fn) if compiling else loss_fn
     if not launch.distributed:
-        model = build_model(model_args, cfg.train.seq_len, device, seed=cfg.run.seed)
-        prepare_model(model, policy, cfg.precision, tp=1)
-        if compiling:
-            apply_compile(model)
-        policy.apply_autocast_islands(model)
-        return ModelBuild([model], loss=loss)
+        parts, _ = build_model_parts(model_args, cfg.train.seq_len, single_process(), None, cfg.parallel,
+                                     cfg.precision, device, cfg.run.seed, compile_blocks=compiling)
+        return ModelBuild(parts, loss=loss)
     from bessemer.checkpoint.store import clear_tier_leftovers
 
     # Before the process group exists: each node clears what a killed attempt left in its own directories, so

@@ -14,7 +14,7 @@ from torch.distributed.tensor import DTensor
 
 from bessemer.config import TrainConfig
 from bessemer.errors import BessemerError
-from bessemer.precision.offload import HostAdamW, split_offloaded
+from bessemer.train.offload import HostAdamW, split_offloaded
 
 _FLAT = StateDictOptions(flatten_optimizer_state_dict=True)
 
@@ -48,7 +48,7 @@ def build_adamw(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
 
 class Optimizers:
     """AdamW for each model part, stepped together. With host offload (`offload_fraction` > 0) each part's
-    first fraction of parameters steps in a HostAdamW instead (precision/offload.py)."""
+    first fraction of parameters steps in a HostAdamW instead (train/offload.py)."""
 
     def __init__(self, parts: list[nn.Module], cfg: TrainConfig, offload_fraction: float = 0.0):
         self.parts = parts

@@ -21,21 +21,22 @@ from bessemer.dataset.mixture import build_loader
 from bessemer.dataset.shards import TokenDataset
 from bessemer.errors import TrainingInterrupted
 from bessemer.model.registry import count_params, flops_per_token, resolve_model_args
-from bessemer.parallel.apply import uses_fsdp
+from bessemer.parallel.build import uses_fsdp
 from bessemer.parallel.dims import Launch, ParallelDims, restart_attempt
 from bessemer.parallel.layout import check_layout
-from bessemer.precision.apply import host_offload_fraction
 from bessemer.precision.guards import Guards
 from bessemer.precision.policy import PrecisionPolicy
 from bessemer.precision.scaler import LossScaler
+from bessemer.rng import RNGState, seed_everything
 from bessemer.train.builders import (build_cold, build_device, build_model_parts_for, pipeline_loss,
                                      resolved_config)
 from bessemer.train.cadence import CheckpointCadence
 from bessemer.train.fault import FaultInjector
 from bessemer.train.metrics import peak_tflops
+from bessemer.train.offload import host_offload_fraction
 from bessemer.train.optim import LRSchedules, Optimizers
 from bessemer.train.reporting import Reporter
-from bessemer.train.state import RNGState, TrainState, seed_everything
+from bessemer.train.state import TrainState
 from bessemer.train.step import TrainStep
 
 # The doctor's runtime checks on the job's own mesh, handed in by the caller: (mesh spec, seed) -> checks.
@@ -67,16 +68,15 @@ class Trainer:
         self._cold_events: list[tuple] = []
         cold = build_cold(cfg.checkpoint, self.run_dir, self.is_main, self._cold_events)  # before any collective
         self.scaler = LossScaler(cfg.precision.scaler, enabled=cfg.precision.dtype == "fp16", device=self.device)
-        self.build = build_model_parts_for(cfg, self.model_args, dims, launch, self.device, self.policy,
-                                           pp_microbatches, pipeline_loss(lambda: self.scaler.scale, accum_steps,
-                                                                          pp_microbatches))
+        self.build = build_model_parts_for(cfg, self.model_args, dims, launch, self.device, pp_microbatches,
+                                           pipeline_loss(lambda: self.scaler.scale, accum_steps, pp_microbatches))
         self.model_parts = self.build.parts
         # FSDP2 casts parameters per unit; everywhere else autocast does (precision/policy.py).
         sharded = launch.distributed and uses_fsdp(dims)
         self.loader = build_loader(cfg.data, self.dataset, cfg.train.seq_len, cfg.train.global_batch,
                                    cfg.train.micro_batch, dp_rank=self.build.dp_rank, dp_world=dims.dp,
                                    seed=cfg.run.seed)
-        self.optimizers = Optimizers(self.model_parts, cfg.train, host_offload_fraction(cfg.precision, sharded))
+        self.optimizers = Optimizers(self.model_parts, cfg.train, host_offload_fraction(cfg.precision.offload, sharded))
         self.lr_schedules = LRSchedules(self.optimizers, cfg.train)
         self.step = TrainStep(cfg, self.build, dims, self.loader, self.optimizers, self.lr_schedules, self.scaler,
                               self.state, self.policy, self.device, sharded, launch.distributed)

@@ -28,7 +28,7 @@ def worker(out: Path, size: str, layout: dict) -> None:
     from bessemer.config import ParallelConfig, PrecisionConfig
     from bessemer.model.llama import build_model
     from bessemer.model.registry import get_model_args
-    from bessemer.parallel.apply import build_model_parts
+    from bessemer.parallel.build import build_model_parts
     from bessemer.parallel.dims import (
         Launch,
         ParallelDims,

@@ -66,7 +66,7 @@ def build_sharded(mesh):
     from bessemer.model.registry import MODEL_SIZES
     from bessemer.parallel.compile import apply_compile
     from bessemer.parallel.fsdp import apply_fsdp
-    from bessemer.precision.checkpointing import apply_activation_checkpointing
+    from bessemer.parallel.recompute import apply_activation_checkpointing
     from bessemer.precision.fp8 import convert_to_fp8
     from bessemer.precision.policy import PrecisionPolicy
     from bessemer.train.optim import Optimizers

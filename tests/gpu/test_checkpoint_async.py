@@ -8,7 +8,7 @@ import torch.distributed as dist
 
 from bessemer.checkpoint.store import Checkpointer, ModelParts
 from bessemer.config import load_config
-from bessemer.train.state import RNGState
+from bessemer.rng import RNGState
 
 
 def full(t):

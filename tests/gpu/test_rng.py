@@ -3,7 +3,7 @@
 
 import torch
 
-from bessemer.train.state import RNGState
+from bessemer.rng import RNGState
 
 
 def draws() -> list[torch.Tensor]:

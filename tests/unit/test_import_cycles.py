@@ -1,8 +1,12 @@
-"""No import cycles anywhere in bessemer, counting every import: top-level, function-level and TYPE_CHECKING.
+"""The import structure of bessemer, counting every import: top-level, function-level and TYPE_CHECKING.
 
-Each module's imports are read from its source (ast), resolved to bessemer modules, and the graph's strongly
-connected components are computed; any component of more than one module (or a module importing itself) is a
-cycle, printed as a path.
+- No import cycles between modules: each module's imports are read from its source (ast), resolved to bessemer
+  modules, and the graph's strongly connected components are computed; any component of more than one module
+  is a cycle, printed as a path.
+- The package order (docs/architecture.md, "Package order"): the top-level packages and modules of bessemer in
+  layers, bottom first; a module may import only from its own package or from a lower layer, and packages of
+  one layer do not import each other. An import against the order fails with the importing module, the import
+  and both layers.
 """
 
 import ast
@@ -45,6 +49,55 @@ def imports_of(path: Path, name: str, known: dict[str, Path]) -> set[str]:
                 target = target.rpartition(".")[0]
             if target.startswith("bessemer") and target != name:
                 out.add(target)
+    return out
+
+
+# Bottom first. Each entry is a layer: the top-level packages (or modules) of bessemer it holds.
+LAYERS: list[tuple[str, ...]] = [
+    ("bessemer", "errors", "proc"),  # the version; user-facing errors; torch-free process helpers (rank logs)
+    ("failures",),  # the rank logs read back: one story per failure (no torch)
+    ("dtensor", "rng"),  # torch-level helpers: this rank's part of a DTensor; every generator of the process
+    ("model",),  # the registry of shapes (no torch) and the model as plain modules; knows no config
+    ("config",),  # one dataclass per TOML section, with the rules and arithmetic its validation needs (no torch)
+    ("report",),  # HTML reports read from a run's or a curation's files (no torch)
+    ("data",),  # curation (no torch)
+    ("dataset",),  # token shards and loaders
+    ("tokenizer",),  # tokenizer training and encoding into token shards (no torch)
+    ("precision",),  # numerics: dtype policies, loss scaling, FP8, guards
+    ("parallel",),  # the mesh, the one model-build recipe, TP, FSDP, pipelining, recompute, compile
+    ("checkpoint",),  # tiers, saves, loads, Hugging Face import/export, `bessemer ckpt`
+    ("plan",),  # cluster sizing (no torch)
+    ("doctor",),  # host and runtime checks, telemetry (no torch in the host checks)
+    ("train",),  # the trainer, its step and builders, the launcher and its supervisor
+    ("demo",),  # the end-to-end demo
+    ("cli",),  # the `bessemer` command
+]
+LAYER = {package: i for i, layer in enumerate(LAYERS) for package in layer}
+
+
+def package_of(module: str) -> str:
+    """bessemer.parallel.build -> parallel; bessemer.cli -> cli; bessemer -> bessemer."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def order_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every import from a package to one at its own layer or above (other than itself), and every package the
+    order does not place, as readable lines."""
+    out = []
+    for name in sorted(graph):
+        a = package_of(name)
+        if a not in LAYER:
+            out.append(f"{name}: package {a!r} is not in LAYERS (place it in the order)")
+            continue
+        for target in sorted(graph[name]):
+            b = package_of(target)
+            if b == a:
+                continue
+            if b not in LAYER:
+                out.append(f"{name} imports {target}: package {b!r} is not in LAYERS (place it in the order)")
+            elif LAYER[b] >= LAYER[a]:
+                out.append(f"{name} imports {target}: {b} (layer {LAYER[b]}) is not below {a} (layer {LAYER[a]})")
     return out
 
 
@@ -99,6 +152,28 @@ def test_no_import_cycles():
     graph = {name: imports_of(path, name, known) for name, path in known.items()}
     found = cycles(graph)
     assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_package_order():
+    known = modules()
+    graph = {name: imports_of(path, name, known) for name, path in known.items()}
+    found = order_violations(graph)
+    assert not found, "imports against the package order (tests/unit/test_import_cycles.py LAYERS):\n" + \
+        "\n".join(found)
+
+
+def test_the_order_check_can_fail(tmp_path):
+    """An import against the order is found, also when it sits inside a function; one downward is not."""
+    source = tmp_path / "builders.py"
+    source.write_text("import torch\n\ndef f():\n    from bessemer.train.trainer import Trainer\n")
+    known = {"bessemer.train.trainer": source, "bessemer.parallel.build": source, "bessemer.model.llama": source}
+    upward = {"bessemer.parallel.build": imports_of(source, "bessemer.parallel.build", known)}
+    assert order_violations(upward) == ["bessemer.parallel.build imports bessemer.train.trainer: train (layer "
+                                        f"{LAYER['train']}) is not below parallel (layer {LAYER['parallel']})"]
+    assert order_violations({"bessemer.parallel.build": {"bessemer.model.llama"}}) == []
+    peers = order_violations({"bessemer.errors": {"bessemer.proc"}})  # one layer: no imports between them
+    assert peers and "is not below" in peers[0]
+    assert "not in LAYERS" in order_violations({"bessemer.newroom.x": set()})[0]
 
 
 def test_the_walker_sees_function_level_imports(tmp_path):

@@ -46,5 +46,5 @@ def test_a_rank_writes_everything_to_its_log_and_rank_0_keeps_its_console(tmp_pa
 
 
 def test_proc_does_not_import_torch():
-    code = "import sys, bessemer.proc, bessemer.parallel.launch; print('torch' in sys.modules)"
+    code = "import sys, bessemer.proc, bessemer.train.launch; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"

@@ -8,7 +8,7 @@ import pytest
 from bessemer.doctor.runtime import (_mib_list, add_runtime_arguments, params_check, rng_check, run_runtime,
                                      run_runtime_checks)
 from bessemer.doctor.runtime_comm import busbw_checks, clock_check
-from bessemer.train.state import RNGState
+from bessemer.rng import RNGState
 
 
 def _rows(busbw: float) -> list[dict]:

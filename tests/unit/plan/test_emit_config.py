@@ -124,9 +124,9 @@ def _emit_with(tmp_path, capsys, *flags) -> dict:
 
 
 def test_partial_recompute_is_emitted_as_the_planned_number_of_checkpointed_blocks(tmp_path, capsys):
-    """k = 3 of tiny's 8 layers: the trainer's own wrapping (precision/checkpointing.py) wraps exactly 3."""
+    """k = 3 of tiny's 8 layers: the trainer's own wrapping (parallel/recompute.py) wraps exactly 3."""
     torch = pytest.importorskip("torch")
-    from bessemer.precision.checkpointing import apply_activation_checkpointing
+    from bessemer.parallel.recompute import apply_activation_checkpointing
 
     ac = _emit_with(tmp_path, capsys, "--recompute", "partial", "--recompute-layers", "3")
     assert (ac.mode, ac.every, ac.save_ops) == ("selective", 3, [])

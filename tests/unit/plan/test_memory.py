@@ -121,7 +121,7 @@ def _held_bytes(dtype: str, checkpoint_every: int, b: int, s: int) -> tuple[int,
     held.clear()
 
     for name, layer in model.layers.items():
-        if checkpoint_every and int(name) % checkpoint_every == 0:  # as precision/checkpointing.py picks
+        if checkpoint_every and int(name) % checkpoint_every == 0:  # as parallel/recompute.py picks
             def forward(x, cos, sin, inner=layer.forward):
                 keep(x)
                 return checkpoint(inner, x, cos, sin, use_reentrant=False)

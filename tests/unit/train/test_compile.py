@@ -12,7 +12,7 @@ from bessemer.model.llama import build_model
 from bessemer.model.registry import MODEL_SIZES
 from bessemer.parallel.compile import apply_compile, compile_enabled
 from bessemer.parallel.dims import Launch, ParallelDims
-from bessemer.precision.checkpointing import apply_activation_checkpointing
+from bessemer.parallel.recompute import apply_activation_checkpointing
 from bessemer.precision.policy import PrecisionPolicy, compute_context
 from bessemer.train.builders import (
     build_device,
@@ -56,7 +56,7 @@ def test_a_whole_block_checkpoint_stays_eager_around_the_compiled_forward(mode, 
     """full / every n-th block: the checkpoint wraps the compiled forward (compile_within); op-level selective:
     the block is compiled whole, its checkpoint traced with it."""
     from bessemer.config import ActivationCheckpointConfig
-    from bessemer.precision.checkpointing import _checkpointed
+    from bessemer.parallel.recompute import _checkpointed
 
     model = build_model(DEBUG, 16, seed=0)
     wrapped = apply_activation_checkpointing(model, ActivationCheckpointConfig(mode=mode, save_ops=save_ops,
@@ -75,8 +75,7 @@ def _build(compile_setting, precision: str = "fp32"):
                              "--train.seq_len=32"])
     dims = ParallelDims.from_config(cfg.parallel, 1)
     policy = PrecisionPolicy(cfg.precision)
-    build = build_model_parts_for(cfg, DEBUG, dims, Launch(), torch.device("cpu"), policy, 1,
-                                  pipeline_loss(lambda: 1.0, 1, 1))
+    build = build_model_parts_for(cfg, DEBUG, dims, Launch(), torch.device("cpu"), 1, pipeline_loss(lambda: 1.0, 1, 1))
     return cfg, build, policy
 
 

@@ -3,7 +3,8 @@ import random
 import numpy as np
 import torch
 
-from bessemer.train.state import RNGState, TrainState
+from bessemer.rng import RNGState
+from bessemer.train.state import TrainState
 
 
 def draw():

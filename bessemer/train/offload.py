@@ -15,7 +15,18 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import _init_optim_state
 from torch.distributed.tensor import DTensor
 
-from bessemer.parallel.reduce import local
+from bessemer.config import OffloadConfig
+from bessemer.dtensor import local
+
+
+def host_offload_fraction(cfg: OffloadConfig, sharded: bool) -> float:
+    """The share of parameters whose AdamW states step on the host (HostAdamW). Full offload of sharded
+    parameters is FSDP2's CPUOffloadPolicy instead, so none here."""
+    if cfg.mode == "partial":
+        return cfg.fraction
+    if cfg.mode == "full" and not sharded:
+        return 1.0
+    return 0.0
 
 
 def split_offloaded(named: list[tuple[str, nn.Parameter]], fraction: float) -> set[str]:

@@ -5,7 +5,7 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
 from bessemer.config import TrainConfig
-from bessemer.precision.offload import split_offloaded
+from bessemer.train.offload import split_offloaded
 from bessemer.train.optim import Optimizers
 
 

@@ -2,7 +2,7 @@ import pytest
 
 from bessemer.config import load_config
 from bessemer.errors import ConfigError
-from bessemer.precision.rules import ModulePrecision, parse_rules, resolve
+from bessemer.config.precision_rules import ModulePrecision, parse_rules, resolve
 
 BASE = ModulePrecision("bf16", "bf16", "fp32", "tensorwise")
 

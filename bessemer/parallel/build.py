@@ -1,10 +1,13 @@
-"""Build the model parts of this rank and parallelise them from outside, in torchtitan's order:
-pipeline split -> FP8 -> tensor parallel -> activation checkpointing -> compile per block -> FSDP ->
-materialise -> initialise.
+"""The one recipe that builds a model for any layout: this rank's model parts, parallelised from outside in
+torchtitan's order, stated here once:
 
-Parts are built on the meta device and only this rank's shards are materialised: no rank ever holds the
-full model. Initialisation is per parameter and row block (model/llama.py), so the gathered weights are the
-single-process weights of the same seed whatever the layout."""
+    pipeline split -> FP8 -> tensor parallel -> activation checkpointing -> compile per block
+        -> FSDP (or, without it, the autocast islands) -> materialise -> initialise
+
+A single process is a mesh of one (`mesh=None`, every degree 1): the same steps run, and those of degree 1
+(pipeline split, tensor parallelism, FSDP) do nothing. Parts are built on the meta device and only this rank's
+shards are materialised: no rank ever holds the full model. Initialisation is per parameter and row block
+(model/llama.py), so the gathered weights are the single-process weights of the same seed whatever the layout."""
 
 import logging
 import warnings
@@ -21,8 +24,8 @@ from bessemer.parallel.dims import ParallelDims
 from bessemer.parallel.fsdp import apply_fsdp
 from bessemer.parallel.layout import stage_layers
 from bessemer.parallel.pipeline import attach_tied_group, build_stage_module, stage_ids
+from bessemer.parallel.recompute import apply_activation_checkpointing
 from bessemer.parallel.tensor import apply_tp
-from bessemer.precision.checkpointing import apply_activation_checkpointing
 from bessemer.precision.fp8 import convert_to_fp8
 from bessemer.precision.policy import PrecisionPolicy
 
@@ -41,10 +44,16 @@ def uses_fsdp(dims: ParallelDims) -> bool:
     return dims.dp_shard > 1 or dims.dp_replicate > 1
 
 
-def parallelize(model: nn.Module, dims: ParallelDims, mesh: DeviceMesh, cfg: ParallelConfig,
+def single_process() -> ParallelDims:
+    """The layout of one process: a mesh of one."""
+    return ParallelDims(dp_replicate=1, dp_shard=1, tp=1, pp=1, world_size=1)
+
+
+def parallelize(model: nn.Module, dims: ParallelDims, mesh: DeviceMesh | None, cfg: ParallelConfig,
                 policy: PrecisionPolicy, precision: PrecisionConfig, compile_blocks: bool = False) -> None:
     """Apply FP8, tensor parallelism, activation checkpointing, torch.compile per block (`compile_blocks`) and
-    FSDP (or the autocast islands) to one model part, in place (still on the meta device)."""
+    FSDP (or the autocast islands) to one model part, in place (still on the meta device). `mesh` is None for
+    a single process."""
     # FP8 before TP: torchao's Float8 parallel styles apply to Float8Linear layers only.
     convert_to_fp8(model, policy, precision.fp8, dims.tp, sharded=uses_fsdp(dims))
     if dims.tp > 1:
@@ -61,11 +70,12 @@ def parallelize(model: nn.Module, dims: ParallelDims, mesh: DeviceMesh, cfg: Par
         policy.apply_autocast_islands(model)
 
 
-def build_model_parts(args: ModelArgs, max_seq_len: int, dims: ParallelDims, mesh: DeviceMesh,
+def build_model_parts(args: ModelArgs, max_seq_len: int, dims: ParallelDims, mesh: DeviceMesh | None,
                       cfg: ParallelConfig, precision: PrecisionConfig, device: torch.device,
                       seed: int, compile_blocks: bool = False) -> tuple[list[Transformer], list[int]]:
     """This rank's model parts (one, or one per pipeline stage it holds) and their stage ids, each block
-    compiled when `compile_blocks`. The layout must have passed `layout.check_layout`."""
+    compiled when `compile_blocks`. The layout must have passed `layout.check_layout`; `mesh` is None (and
+    `dims` single_process()) for one process."""
     quiet_known_warnings()
     with torch.device("meta"):
         if dims.pp > 1:

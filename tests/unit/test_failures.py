@@ -5,7 +5,7 @@ import io
 import json
 import time
 
-from bessemer.parallel.launch import FailureStory, attempts
+from bessemer.failures import FailureStory, attempts
 
 AGENT = ("E1203 06:06:47.031000 8118 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: {code}) "
          "local_rank: {rank} (pid: 8125) of binary: /usr/bin/python\n")
