@@ -92,7 +92,7 @@ def _cmd_ckpt(args: argparse.Namespace, overrides: list[str]) -> int:
         print(export_checkpoint(args.ckpt, args.out, args.tokenizer, args.overwrite))
         return 0
     if args.ckpt_command == "restore":
-        from bessemer.checkpoint.backup import restore
+        from bessemer.checkpoint.cold_tier import restore
         from bessemer.checkpoint.listing import run_checkpoint_config
         from bessemer.checkpoint.paths import tier_dirs
 

@@ -63,7 +63,7 @@ warnings.filterwarnings("ignore", message="torch.distributed is (disabled, )?una
 Candidate = tuple[int, str, Path]  # (step, tier, path)
 
 if TYPE_CHECKING:
-    from bessemer.checkpoint.backup import ColdTier
+    from bessemer.checkpoint.cold_tier import ColdTier
 
 
 def config_hash(config_toml: str) -> str:

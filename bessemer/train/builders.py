@@ -136,8 +136,8 @@ def build_cold(cfg: CheckpointConfig, run_dir: Path, is_main: bool, events: list
     cold = cfg.cold
     if not cold.url:
         return None
-    from bessemer.checkpoint.backup import ColdTier
-    from bessemer.checkpoint.cold import load_key
+    from bessemer.checkpoint.cold_tier import ColdTier
+    from bessemer.checkpoint.cold_store import load_key
 
     load_key(cold.key_env, cold.key_file)  # on every rank, before any collective: all fail alike
     if not is_main:
