@@ -14,6 +14,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from bessemer.checkpoint.components import text
@@ -27,14 +28,32 @@ from bessemer.errors import BessemerError
 Event = Callable[..., None]  # event(name, step, **fields)
 
 
-class Commits:
-    """Commits, discards and retention for the tiers `owns(tier)` says this rank owns; `committed(tier, step,
-    path)` runs on rank 0 after each commit (the cold tier's hand-off). At most one commit is pending."""
+def _ignore(*args, **fields) -> None:
+    pass
 
-    def __init__(self, cfg: CheckpointConfig, meta: dict, config: str, event: Event, owns: Callable[[str], bool],
-                 committed: Callable[[str, int, Path], None], rank: int, tiers: dict[str, Path]):
-        self.cfg, self.meta, self.config = cfg, meta, config
-        self.event, self.owns, self.committed, self.rank, self.tiers = event, owns, committed, rank, tiers
+
+@dataclass(frozen=True)
+class CheckpointHooks:
+    """What the checkpointer calls out to, each optional. `event(name, step, **fields)` reports committed saves,
+    failed ones and checkpoints skipped during recovery; `midway(step)` runs halfway through a save (fault
+    injection); `committed(tier, step, path)` runs on rank 0's housekeeping thread after each commit (the cold
+    tier's hand-off)."""
+
+    event: Event | None = None
+    midway: Callable[[int], None] | None = None
+    committed: Callable[[str, int, Path], None] | None = None
+
+
+class Commits:
+    """Commits, discards and retention for the tiers `owns(tier)` says this rank owns; `hooks.committed` runs on
+    rank 0 after each commit. `meta` goes into every manifest, `config` into macro ones. At most one commit is
+    pending."""
+
+    def __init__(self, cfg: CheckpointConfig, tiers: dict[str, Path], owns: Callable[[str], bool], rank: int,
+                 meta: dict, config: str, hooks: CheckpointHooks):
+        self.cfg, self.tiers, self.owns, self.rank = cfg, tiers, owns, rank
+        self.meta, self.config = meta, config
+        self.event, self.committed = hooks.event or _ignore, hooks.committed or _ignore
         self.housekeeper = Housekeeper()
         self._news: queue.SimpleQueue = queue.SimpleQueue()  # outcomes, from the housekeeping thread
         self._pending: threading.Event | None = None

@@ -29,7 +29,7 @@ NODE = "{node}"
 TIERS = ("micro", "macro")  # local tiers, in the order recovery prefers at equal steps
 TRASH = ".trash-"  # directories renamed aside to be deleted in the background
 # What a killed process leaves in a tier directory: saves that never committed, directories it was deleting,
-# snapshots for cold uploads that never finished (cold.py names them).
+# snapshots for cold uploads that never finished (cold_store.py names them).
 LEFTOVERS = ("step_*.tmp", TRASH + "*", ".cold-staging-*")
 
 

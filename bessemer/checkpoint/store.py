@@ -30,7 +30,6 @@ first and sets damaged ones aside (retention.py).
 import hashlib
 import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,7 +38,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
 
 from bessemer import __version__
-from bessemer.checkpoint.commit import Commits, Event, saved_fields
+from bessemer.checkpoint.commit import CheckpointHooks, Commits, saved_fields
 from bessemer.checkpoint.components import (ABSURD, SHARDED, ModelParts, Stateful, rank_file, reason, sharded,
                                             small_names, text)
 from bessemer.checkpoint.housekeeping import clear_leftovers
@@ -53,9 +52,10 @@ from bessemer.checkpoint.staging import StagingWait, async_save, make_stager
 from bessemer.checkpoint.writer import HashingWriter, serialize_state, write_bytes, write_state
 from bessemer.config import CheckpointConfig
 from bessemer.errors import BessemerError
+from bessemer.parallel.dims import Launch
 
-__all__ = ["ABSURD", "POLL_S", "SHARDED", "Candidate", "Checkpointer", "ModelParts", "Stateful", "clear_tier_leftovers",
-           "config_hash", "owned_dirs", "rank_file"]
+__all__ = ["ABSURD", "POLL_S", "SHARDED", "Candidate", "CheckpointHooks", "Checkpointer", "ModelParts", "Stateful",
+           "clear_tier_leftovers", "config_hash", "owned_dirs", "rank_file"]
 
 # DCP warns on every save and load in a single process that it assumes one process: it is right.
 warnings.filterwarnings("ignore", message="torch.distributed is (disabled, )?unavailable or uninitialized")
@@ -63,57 +63,55 @@ warnings.filterwarnings("ignore", message="torch.distributed is (disabled, )?una
 Candidate = tuple[int, str, Path]  # (step, tier, path)
 
 if TYPE_CHECKING:
-    from bessemer.checkpoint.backup import ColdTier
+    from bessemer.checkpoint.cold_tier import ColdTier
 
 
 def config_hash(config_toml: str) -> str:
     return hashlib.sha256(config_toml.encode()).hexdigest()[:16]
 
 
-def owned_dirs(cfg: CheckpointConfig, run_dir: Path, rank: int, local_rank: int, node: int) -> list[Path]:
+def owned_dirs(cfg: CheckpointConfig, run_dir: Path, launch: Launch) -> list[Path]:
     """The tier directories whose commits and housekeeping are this rank's: the shared ones on rank 0, a
     node-local micro directory on its node's local rank 0."""
-    dirs = tier_dirs(cfg, run_dir, node)
-    mine = [dirs["macro"]] + ([] if node_local(cfg) else [dirs["micro"]]) if rank == 0 else []
-    return mine + ([dirs["micro"]] if node_local(cfg) and local_rank == 0 else [])
+    dirs = tier_dirs(cfg, run_dir, launch.node)
+    mine = [dirs["macro"]] + ([] if node_local(cfg) else [dirs["micro"]]) if launch.rank == 0 else []
+    return mine + ([dirs["micro"]] if node_local(cfg) and launch.local_rank == 0 else [])
 
 
-def clear_tier_leftovers(cfg: CheckpointConfig, run_dir: Path, rank: int = 0, local_rank: int = 0,
-                         node: int = 0) -> None:
+def clear_tier_leftovers(cfg: CheckpointConfig, run_dir: Path, launch: Launch) -> None:
     """Call before the process group exists, on every rank (each node's ranks clear their own directories in
     parallel): what a killed attempt left behind is set aside, then deleted in the background."""
-    clear_leftovers(owned_dirs(cfg, run_dir, rank, local_rank, node))
+    clear_leftovers(owned_dirs(cfg, run_dir, launch))
 
 
 class Checkpointer:
     """Saves to the micro and macro tiers and recovers from the newest intact checkpoint among them.
 
-    `meta` goes into every manifest (layout, config hash); `config` (the resolved TOML) into macro ones.
-    `event(name, step, **fields)` reports committed saves, failed ones and checkpoints skipped during
-    recovery. `midway(step)` runs halfway through a save (fault injection). `node` and `local_rank` place
-    this rank for a node-local micro tier.
+    `launch` places this rank (default: a single process; its node and local rank matter for a node-local micro
+    tier). `meta` goes into every manifest (layout, model); `config` (the resolved TOML) into macro ones, and its
+    hash into every one. `hooks` are what the checkpointer reports to (events, fault injection, the cold tier's
+    hand-off).
     """
 
-    def __init__(self, cfg: CheckpointConfig, run_dir: Path, states: dict[str, Stateful], rank: int = 0,
-                 world_size: int = 1, meta: dict | None = None, config: str = "", event: Event | None = None,
-                 midway: Callable[[int], None] | None = None,
-                 committed: Callable[[str, int, Path], None] | None = None, local_rank: int = 0, node: int = 0):
+    def __init__(self, cfg: CheckpointConfig, run_dir: Path, states: dict[str, Stateful],
+                 launch: Launch | None = None, meta: dict | None = None, config: str = "",
+                 hooks: CheckpointHooks | None = None):
+        launch, hooks = launch or Launch(), hooks or CheckpointHooks()
         self.cfg = cfg
         self.run_dir = Path(run_dir)
-        self.node, self.local_rank = node, local_rank
+        self.rank, self.world_size, self.local_rank, self.node = (launch.rank, launch.world_size,
+                                                                   launch.local_rank, launch.node)
         self.node_local = node_local(cfg)
-        self.tiers = tier_dirs(cfg, run_dir, node)
+        self.tiers = tier_dirs(cfg, run_dir, self.node)
         self.states = states
-        self.rank, self.world_size = rank, world_size
-        self.ranks = Ranks(rank, world_size)
-        self.meta = {**(meta or {}), "world_size": world_size, "components": sorted(states),
+        self.ranks = Ranks(self.rank, self.world_size)
+        self.meta = {**(meta or {}), "world_size": self.world_size, "components": sorted(states),
                      "versions": {"bessemer": __version__, "torch": torch.__version__}}
         if config:
             self.meta["config_hash"] = config_hash(config)
-        self.event = event or (lambda *a, **k: None)
-        self.midway = midway or (lambda step: None)
-        self.commits = Commits(cfg, self.meta, config, self.event, self._owner,
-                               committed or (lambda tier, step, path: None), rank, self.tiers)
+        self.commits = Commits(cfg, self.tiers, self._owner, self.rank, self.meta, config, hooks)
+        self.event = self.commits.event
+        self.midway = hooks.midway or (lambda step: None)
         self.housekeeper = self.commits.housekeeper
         self._save_s: float | None = None  # how long the last save() took
         self.last_micro_step = 0
@@ -125,7 +123,7 @@ class Checkpointer:
         self.stager = make_stager(torch.cuda.is_available()) if cfg.async_save else None  # buffers kept for the run
         self.staging = StagingWait()
         if not self.ranks.distributed:  # distributed, the trainer does this before the process group exists
-            clear_tier_leftovers(cfg, run_dir, rank, local_rank, node)
+            clear_tier_leftovers(cfg, run_dir, launch)
 
     def _owner(self, tier: str) -> bool:
         """Whether this rank commits to (and prunes) `tier`'s directory."""

@@ -150,7 +150,7 @@ def run_settings(cfg, storage_write_gbs: float | None, root: str | None) -> dict
     if root is not None:
         return settings | {"save_basis": f"the {size} has no measured write bandwidth under --root (the probe "
                                          f"needs the live filesystem): give --storage-write-gbs"}
-    from bessemer.doctor.host_hardware import write_probe
+    from bessemer.doctor.host_storage import write_probe
 
     measured = []
     for directory in ckpt_dirs:

@@ -11,15 +11,17 @@ from pathlib import Path
 
 from bessemer.doctor.check import STATUSES, Check
 from bessemer.doctor.host_context import CheckInfo, HostContext
-from bessemer.doctor.host_gpu import NVLINK, PCIE, XID, check_nvlink, check_pcie, check_xid
-from bessemer.doctor.host_gpu_setup import FABRIC, PEERMEM, SETTINGS, check_fabric, check_peermem, check_settings
-from bessemer.doctor.host_hardware import (GPU, NUMA, STORAGE, check_gpu_health, check_numa_affinity,
-                                           check_storage_checkpoint)
-from bessemer.doctor.host_network import NCCL_ENV, check_nccl_env
+from bessemer.doctor.host_clock import CLOCK, check_clock_sync
+from bessemer.doctor.host_gpu_health import GPU, SETTINGS, XID, check_gpu_health, check_settings, check_xid
+from bessemer.doctor.host_gpu_links import (FABRIC, NVLINK, PCIE, PEERMEM, check_fabric, check_nvlink, check_pcie,
+                                            check_peermem)
+from bessemer.doctor.host_limits import LIMITS, MAP_COUNT, SHM, check_limits, check_shm_size, check_vm_max_map_count
+from bessemer.doctor.host_nccl import NCCL_ENV, check_nccl_env
+from bessemer.doctor.host_numa import NUMA, check_numa_affinity
 from bessemer.doctor.host_rdma import RDMA_LINKS, RDMA_PFC, check_rdma_links, check_rdma_pfc
-from bessemer.doctor.host_system import (CLOCK, LIMITS, MAP_COUNT, SHM, TUNING, VERSIONS, check_clock_sync,
-                                         check_host_tuning, check_limits, check_shm_size, check_versions,
-                                         check_vm_max_map_count)
+from bessemer.doctor.host_storage import STORAGE, check_storage_checkpoint
+from bessemer.doctor.host_tuning import TUNING, check_host_tuning
+from bessemer.doctor.host_versions import VERSIONS, check_versions
 from bessemer.errors import BessemerError
 
 HOST_CHECKS: list[tuple[CheckInfo, Callable[[HostContext], Check]]] = [

@@ -12,21 +12,22 @@ from collections.abc import Callable, Mapping, Sequence
 
 from bessemer.config import MetricsConfig
 from bessemer.doctor.detectors import LeakDetector, StarvationDetector, StragglerDetector, ThrottleDetector
+from bessemer.parallel.dims import Launch
 
 # What every rank contributes for each step to the exchange at each log step, in this order (seconds, and bytes).
 RANK_FIELDS = ("step_time_s", "data_s", "forward_backward_s", "optimizer_s", "memory_bytes")
 
 
 class RunMonitor:
-    """`alert(kind, message, **fields)` records an alert (rank 0's metrics.jsonl and console); `telemetry(sample)`
-    records a telemetry sample. Both are called from the training thread only: samples taken by the sampler
-    thread wait in a queue until the next `after_step`. `memory` names what memory_bytes measures; `node` is
-    this rank's node, recorded with the alerts it raises."""
+    """`launch` places this rank (its node is recorded with the alerts it raises). `alert(kind, message,
+    **fields)` records an alert (rank 0's metrics.jsonl and console); `telemetry(sample)` records a telemetry
+    sample. Both are called from the training thread only: samples taken by the sampler thread wait in a queue
+    until the next `after_step`. `memory` names what memory_bytes measures."""
 
-    def __init__(self, cfg: MetricsConfig, rank: int, local_rank: int, world_size: int,
-                 alert: Callable[..., None], telemetry: Callable[[dict], None], enabled: bool = True,
-                 memory: str = "memory", node: int = 0):
-        self.cfg, self.rank, self.node = cfg, rank, node
+    def __init__(self, cfg: MetricsConfig, launch: Launch, alert: Callable[..., None],
+                 telemetry: Callable[[dict], None], enabled: bool = True, memory: str = "memory"):
+        rank, local_rank, world_size = launch.rank, launch.local_rank, launch.world_size
+        self.cfg, self.rank, self.node = cfg, rank, launch.node
         self._alert, self._telemetry = alert, telemetry
         main = enabled and rank == 0
         self.straggler = (StragglerDetector(cfg.straggler_margin, cfg.straggler_window, cfg.straggler_fraction)

@@ -80,7 +80,7 @@ def build_model_parts_for(cfg: JobConfig, model_args: ModelArgs, dims: ParallelD
 
     # Before the process group exists: each node clears what a killed attempt left in its own directories, so
     # no collective ever waits for that.
-    clear_tier_leftovers(cfg.checkpoint, Path(cfg.run.dir), launch.rank, launch.local_rank, launch.node)
+    clear_tier_leftovers(cfg.checkpoint, Path(cfg.run.dir), launch)
     init_distributed(launch, device.type, cfg.parallel.timeout_s)
     mesh, dp_mesh = build_mesh(dims, device.type)
     parts, stage_ids = build_model_parts(model_args, cfg.train.seq_len, dims, mesh, cfg.parallel, cfg.precision,
@@ -130,8 +130,8 @@ def build_cold(cfg: CheckpointConfig, run_dir: Path, is_main: bool, events: list
     cold = cfg.cold
     if not cold.url:
         return None
-    from bessemer.checkpoint.backup import ColdTier
-    from bessemer.checkpoint.cold import load_key
+    from bessemer.checkpoint.cold_tier import ColdTier
+    from bessemer.checkpoint.cold_store import load_key
 
     load_key(cold.key_env, cold.key_file)  # on every rank, before any collective: all fail alike
     if not is_main:

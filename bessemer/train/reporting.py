@@ -64,10 +64,9 @@ class Reporter:
         self.metrics = MetricsLogger(cfg, run_dir, resume=resumed, enabled=main)
         self.console = Console(cfg, total_steps, self.state.step, enabled=main)
         # Detectors on rank 0, telemetry on each node's local rank 0, the Prometheus endpoint on rank 0.
-        self.monitor = RunMonitor(cfg, self.launch.rank, self.launch.local_rank, self.launch.world_size,
-                                  alert=self.alert, telemetry=lambda s: self.metrics.telemetry(self.state.step, s),
-                                  enabled=enabled, memory="CUDA allocated memory" if self.device.type == "cuda"
-                                  else "resident memory", node=self.launch.node)
+        self.monitor = RunMonitor(cfg, self.launch, alert=self.alert,
+                                  telemetry=lambda s: self.metrics.telemetry(self.state.step, s), enabled=enabled,
+                                  memory="CUDA allocated memory" if self.device.type == "cuda" else "resident memory")
 
     def flush_early(self) -> None:
         """Write the events held while the metrics logger did not exist yet."""

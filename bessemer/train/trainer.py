@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from bessemer.checkpoint.hf import load_hf_into
-from bessemer.checkpoint.store import Checkpointer, ModelParts
+from bessemer.checkpoint.store import CheckpointHooks, Checkpointer, ModelParts
 from bessemer.config import JobConfig, check_data_parallel
 from bessemer.dataset.mixture import build_loader
 from bessemer.dataset.shards import TokenDataset
@@ -87,12 +87,11 @@ class Trainer:
         self.checkpointer = Checkpointer(cfg.checkpoint, self.run_dir, {
             "model": ModelParts(self.model_parts), "optimizer": self.optimizers, "lr_schedule": self.lr_schedules,
             "loss_scaler": self.scaler, "dataloader": self.loader, "rng": RNGState(), "train_state": self.state},
-            rank=launch.rank, world_size=launch.world_size, local_rank=launch.local_rank, node=launch.node,
-            meta={"layout": dims.describe(), "model": {
+            launch, meta={"layout": dims.describe(), "model": {
                 "name": cfg.model.name, "vocab_size": self.model_args.vocab_size, "seq_len": cfg.train.seq_len,
                 "data_path": str(Path(cfg.data.path).resolve())}},
-            config=config_toml, event=self.reporter.event, midway=self.fault.during_save,
-            committed=cold.committed if cold else None)
+            config=config_toml, hooks=CheckpointHooks(event=self.reporter.event, midway=self.fault.during_save,
+                                                      committed=cold.committed if cold else None))
         self.cadence = CheckpointCadence(cfg, self.run_dir, self.checkpointer, cold, self._cold_events,
                                          self.reporter, self.state, launch, self.device)
 

@@ -8,6 +8,7 @@ import torch.distributed as dist
 
 from bessemer.checkpoint.store import Checkpointer, ModelParts
 from bessemer.config import load_config
+from bessemer.parallel.dims import Launch
 from bessemer.rng import RNGState
 
 
@@ -28,7 +29,7 @@ def tensors(state: dict, prefix: str = "") -> dict[str, torch.Tensor]:
 def checkpointer(run_dir, model, optimizers) -> Checkpointer:
     cfg = load_config(None, ["--checkpoint.async_save=true"]).checkpoint
     return Checkpointer(cfg, run_dir, {"model": ModelParts([model]), "optimizer": optimizers, "rng": RNGState()},
-                        rank=dist.get_rank(), world_size=dist.get_world_size())
+                        Launch(rank=dist.get_rank(), world_size=dist.get_world_size()))
 
 
 def test_async_save_over_nccl_recovers_model_optimizer_and_cuda_rng_bitwise(tmp_path, process_group,

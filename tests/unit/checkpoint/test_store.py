@@ -8,7 +8,7 @@ import torch
 
 from bessemer.checkpoint.manifest import check, read_manifest
 from bessemer.checkpoint.paths import candidates
-from bessemer.checkpoint.store import Checkpointer, ModelParts
+from bessemer.checkpoint.store import CheckpointHooks, Checkpointer, ModelParts
 from bessemer.config import CheckpointConfig, TrainConfig, load_config
 from bessemer.errors import BessemerError
 from bessemer.train.optim import Optimizers
@@ -23,7 +23,7 @@ def make(tmp_path, *overrides, **kw):
     counters = TrainState()
     events = []
     ckpt = Checkpointer(cfg, tmp_path, {"model": ModelParts([model]), "optimizer": opt, "train_state": counters},
-                        event=lambda name, step, **f: events.append((name, step, f)), **kw)
+                        hooks=CheckpointHooks(event=lambda name, step, **f: events.append((name, step, f))), **kw)
     return ckpt, model, opt, counters, events
 
 

@@ -8,7 +8,7 @@ import pytest
 from bessemer.cli import main
 from bessemer.doctor.host import CHECK_IDS, run_checks
 from bessemer.doctor.host_context import HostContext
-from bessemer.doctor.host_system import check_clock_sync
+from bessemer.doctor.host_clock import check_clock_sync
 
 
 def by_id(checks):

@@ -10,7 +10,7 @@ import pytest
 
 from bessemer.cli import main
 from bessemer.doctor.host import run_checks
-from bessemer.doctor.host_gpu_setup import parse_nvidia_smi_q
+from bessemer.doctor.host_gpu_health import parse_nvidia_smi_q
 
 GPUS = ["0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0",
         "0000:9a:00.0", "0000:ab:00.0", "0000:ba:00.0", "0000:db:00.0"]

@@ -13,7 +13,7 @@ import pytest
 from bessemer.cli import main
 from bessemer.doctor.check import SCHEMA_VERSION, Check
 from bessemer.doctor.host import run_checks
-from bessemer.doctor.host_network import NCCL_VARIABLES
+from bessemer.doctor.host_nccl import NCCL_VARIABLES
 from bessemer.doctor.host_rdma import roce_mtu
 
 HERE = Path(__file__).parent

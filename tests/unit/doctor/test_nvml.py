@@ -4,7 +4,7 @@ import types
 import pytest
 
 from bessemer.doctor.host_context import HostContext
-from bessemer.doctor.host_hardware import check_gpu_health
+from bessemer.doctor.host_gpu_health import check_gpu_health
 from bessemer.doctor.nvml import decode_throttle_reasons
 
 

@@ -12,6 +12,7 @@ from bessemer.doctor.detectors import ThrottleDetector
 from bessemer.doctor.monitor import RunMonitor
 from bessemer.doctor.telemetry import TelemetrySampler, flat_scalars
 from bessemer.errors import ConfigError
+from bessemer.parallel.dims import Launch
 
 
 def test_sampler_hands_host_samples_to_its_callbacks_and_stops():
@@ -43,7 +44,7 @@ def test_sampler_hands_host_samples_to_its_callbacks_and_stops():
 def test_run_monitor_raises_detector_alerts_through_the_trainer_callback():
     cfg = MetricsConfig(telemetry_period_s=0, straggler_window=4, leak_window=0, starved_window=3)
     alerts, samples = [], []
-    monitor = RunMonitor(cfg, rank=0, local_rank=0, world_size=4,
+    monitor = RunMonitor(cfg, Launch(rank=0, local_rank=0, world_size=4),
                          alert=lambda kind, message, **f: alerts.append((kind, f)), telemetry=samples.append)
     for step in range(1, 10):
         ranks = [{"step_time_s": 0.1, "data_s": 0.2, "forward_backward_s": 0.02, "optimizer_s": 0.0,
@@ -55,7 +56,7 @@ def test_run_monitor_raises_detector_alerts_through_the_trainer_callback():
     assert kinds.count("straggler") == 1 and kinds.count("dataloader_starved") == 1
     assert next(f for k, f in alerts if k == "straggler")["rank"] == 1
     # Other ranks run no detectors (their numbers reach rank 0 through the exchange).
-    other = RunMonitor(cfg, rank=1, local_rank=1, world_size=4, alert=None, telemetry=None)
+    other = RunMonitor(cfg, Launch(rank=1, local_rank=1, world_size=4), alert=None, telemetry=None)
     assert other.straggler is None and other.leaks == [] and other.sampler is None and other.exporter is None
 
 
@@ -121,7 +122,8 @@ def test_another_nodes_throttle_alert_waits_in_its_outbox_for_rank_0(monkeypatch
     def not_here(*args, **fields):
         raise AssertionError("a rank other than 0 records no alert")
 
-    node1 = RunMonitor(cfg, rank=2, local_rank=0, world_size=4, alert=not_here, telemetry=lambda s: None, node=1)
+    node1 = RunMonitor(cfg, Launch(rank=2, local_rank=0, world_size=4, node=1), alert=not_here,
+                       telemetry=lambda s: None)
     node1.start()
     outbox, deadline = [], time.monotonic() + 10
     try:
@@ -136,7 +138,7 @@ def test_another_nodes_throttle_alert_waits_in_its_outbox_for_rank_0(monkeypatch
     assert alert["kind"] == "throttle" and alert["gpu"] == 1 and alert["node"] == 1 and alert["source_rank"] == 2
     assert alert["message"].startswith(f"node 1 ({alert['host']}, rank 2): GPU 1 throttled")
     recorded = []
-    rank0 = RunMonitor(cfg, rank=0, local_rank=0, world_size=4, telemetry=None,
+    rank0 = RunMonitor(cfg, Launch(rank=0, local_rank=0, world_size=4), telemetry=None,
                        alert=lambda kind, message, **f: recorded.append((kind, message, f)))
     assert rank0.take_outbox() == []
     rank0.record_alert(alert)

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from bessemer.checkpoint import cold
-from bessemer.checkpoint.cold import AsyncUploader, ColdStore, load_key, pack, unpack
+from bessemer.checkpoint import cold_store as cold
+from bessemer.checkpoint.cold_store import AsyncUploader, ColdStore, load_key, pack, unpack
 from bessemer.errors import BessemerError
 
 KEY = bytes(range(32))

@@ -1,4 +1,5 @@
-"""The cold tier: compressed, encrypted backups of a checkpoint directory in object storage (any fsspec URL).
+"""The cold tier's storage: compressed, encrypted backups of a checkpoint directory in object storage (any
+fsspec URL), and the background uploader that puts them there.
 
 One backup is one object, `<url>/step_NNNNNNNN.bsmr`:
 

@@ -1,104 +1,24 @@
-"""Host checks of a GPU node's hardware: XID errors in the kernel log, PCIe links trained below their maximum,
-NVLink state and error counters (the software setup is in host_gpu_setup.py). sysfs and procfs are read under
---root; tool output comes from NVML or the command live and from a fixture file under --root. No torch."""
+"""Host checks of how a node's GPUs are connected: PCIe links trained below their maximum, NVLink state and
+error counters, the fabric manager NVSwitch systems need, and nvidia_peermem for GPUDirect RDMA. sysfs and
+procfs are read under --root; tool output comes from the command live and from a fixture file under --root.
+No torch."""
 
 import re
 from typing import Any
 
 from bessemer.doctor.check import Check
 from bessemer.doctor.host_context import CheckInfo, HostContext
+from bessemer.doctor.host_pci import NVIDIA, NVSWITCH_CLASS, nvidia_gpus, pci_devices
 
-XID = CheckInfo("gpu.xid", "NVIDIA XID errors in the kernel log (a GPU fallen off the bus, memory or NVLink errors)")
 PCIE = CheckInfo("gpu.pcie", "each NVIDIA GPU's PCIe link trained at its maximum width and speed")
 NVLINK = CheckInfo("gpu.nvlink", "NVLink links active and free of replay, recovery and CRC errors")
+FABRIC = CheckInfo("gpu.fabric", "nvidia-fabricmanager running on a node with NVSwitches")
+PEERMEM = CheckInfo("gpu.peermem", "nvidia_peermem loaded where GPUs and RDMA HCAs meet (GPUDirect RDMA)")
 
-NVIDIA = "0x10de"
-GPU_CLASSES = {"0x030000", "0x030200"}  # VGA controller, 3D controller
-NVSWITCH_CLASS = "0x068000"  # bridge, other: how an NVSwitch shows on the PCI bus
-SMI_Q, SMI_NVLINK_S, SMI_NVLINK_E = "nvidia_smi_q.txt", "nvidia_smi_nvlink_s.txt", "nvidia_smi_nvlink_e.txt"
-
-
-def pci_devices(ctx: HostContext, vendor: str, classes: set[str]) -> list[str]:
-    """Addresses (`0000:18:00.0`) of the PCI devices of `vendor` whose class is one of `classes`."""
-    return [addr for addr in ctx.listdir("/sys/bus/pci/devices")
-            if ctx.read(f"/sys/bus/pci/devices/{addr}/vendor") == vendor
-            and ctx.read(f"/sys/bus/pci/devices/{addr}/class") in classes]
+SMI_NVLINK_S, SMI_NVLINK_E = "nvidia_smi_nvlink_s.txt", "nvidia_smi_nvlink_e.txt"
 
 
-def nvidia_gpus(ctx: HostContext) -> list[str]:
-    return pci_devices(ctx, NVIDIA, GPU_CLASSES)
-
-
-# --- gpu.xid -------------------------------------------------------------------------------------------------
-
-_XID_LINE = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)(?:, (.*))?")
-# The XIDs that mean the hardware is unusable or its memory/links corrupt (NVIDIA's XID catalog): 48 double-bit
-# ECC, 63/64 row remapping (pending/failed), 74 NVLink, 79 fallen off the bus, 92 high single-bit ECC rate,
-# 94/95 contained/uncontained ECC, 119/120 GSP firmware timeout/error. Others (13, 31, 43...) are usually the
-# application's own faults.
-XID_FAIL = {48, 63, 64, 74, 79, 92, 94, 95, 119, 120}
-_XID_FIX = {
-    79: "XID 79: the GPU fell off the bus: drain the node, reboot, then check seating, power and PCIe (RMA if it "
-        "recurs)",
-    74: "XID 74: NVLink error: nvidia-smi nvlink -e, reset the GPUs (nvidia-smi -r) or reboot; RMA the baseboard if "
-        "it recurs",
-    119: "XID 119/120: GSP firmware error: reset the GPU or reboot and update the driver",
-}
-_XID_MEMORY_FIX = ("XID 48/63/64/92/94/95: memory errors: nvidia-smi -q -d ECC,ROW_REMAPPER, reset the GPU "
-                   "(nvidia-smi -r) or reboot so pending remaps apply; RMA when remapping failed (64)")
-
-
-def parse_xids(text: str) -> dict[tuple[int, str], dict[str, Any]]:
-    """{(xid, pci): {"count": n, "message": first message}} from kernel log lines `NVRM: Xid (PCI:0000:18:00): 79,
-    pid=..., GPU has fallen off the bus.`"""
-    found: dict[tuple[int, str], dict[str, Any]] = {}
-    for match in _XID_LINE.finditer(text):
-        key = (int(match.group(2)), match.group(1))
-        message = re.sub(r"^pid=[^,]*, name=[^,]*, ", "", (match.group(3) or "").strip())  # drivers >= 450 add these
-        entry = found.setdefault(key, {"count": 0, "message": message})
-        entry["count"] += 1
-    return found
-
-
-def _kernel_log(ctx: HostContext) -> tuple[str | None, str]:
-    """(text, source) of the first readable kernel log: dmesg, the journal's kernel messages, /var/log/kern.log
-    (under --root: ROOT/dmesg.txt, ROOT/journalctl_k.txt, ROOT/var/log/kern.log); (None, the reasons) if none is."""
-    reasons = []
-    sources = ((["dmesg"], "dmesg.txt"), (["journalctl", "-k", "-b", "-q", "--no-pager"], "journalctl_k.txt"))
-    for argv, fixture in sources:
-        out = ctx.tool_output(argv, fixture)
-        if out.ok:
-            return out.text, out.source
-        reasons.append(out.text)
-    text = ctx.read("/var/log/kern.log")
-    if text is not None:
-        return text, str(ctx.path("/var/log/kern.log"))
-    return None, "; ".join(reasons + [f"{ctx.path('/var/log/kern.log')} not readable"])
-
-
-def check_xid(ctx: HostContext) -> Check:
-    text, source = _kernel_log(ctx)
-    if text is None:
-        return XID.result("skip", f"no kernel log readable: {source}", measured="dmesg, journalctl -k, kern.log")
-    xids = parse_xids(text)
-    if not xids:
-        return XID.result("pass", f"no NVRM Xid lines in {source}", measured=source)
-    entries = [f"XID {xid} on PCI:{pci} x{e['count']}" + (f" ({e['message'][:80]})" if e["message"] else "")
-               for (xid, pci), e in sorted(xids.items())]
-    codes = {xid for xid, _ in xids}
-    details = {"xids": [{"xid": x, "pci": p, **e} for (x, p), e in sorted(xids.items())]}
-    if codes & XID_FAIL:
-        fixes = [_XID_FIX[c] for c in (79, 74) if c in codes]
-        fixes += [_XID_FIX[119]] if codes & {119, 120} else []
-        fixes += [_XID_MEMORY_FIX] if codes & {48, 63, 64, 92, 94, 95} else []
-        return XID.result("fail", f"{sum(e['count'] for e in xids.values())} XID event(s) in {source}: "
-                                  f"{'; '.join(entries)}", fix="; ".join(fixes), measured=source, **details)
-    return XID.result("warn", f"{'; '.join(entries)} in {source}",
-                      fix="these XIDs usually come from the application (illegal address, MMU fault): check the "
-                          "job's logs at those times; see NVIDIA's XID catalog", measured=source, **details)
-
-
-# --- gpu.pcie ------------------------------------------------------------------------------------------------
+# --- gpu.pcie -----------------------------------------------------------------------------------------------
 
 IDLE_GT_S = 2.5  # an idle NVIDIA GPU lowers its link to PCIe Gen1 to save power; it retrains under load
 
@@ -131,7 +51,7 @@ def check_pcie(ctx: HostContext) -> Check:
     return PCIE.result(status, "; ".join(fails + warns + lines), fix=fix if fails or warns else "", measured=measured)
 
 
-# --- gpu.nvlink ----------------------------------------------------------------------------------------------
+# --- gpu.nvlink ---------------------------------------------------------------------------------------------
 
 _GPU_HEADER = re.compile(r"^GPU (\d+): (.*?)(?: \(UUID: [^)]*\))?$")
 _LINK_STATE = re.compile(r"^\s*Link (\d+): (.*)$")
@@ -205,3 +125,73 @@ def check_nvlink(ctx: HostContext) -> Check:
     status = "fail" if fails else "warn" if warns else "pass"
     return NVLINK.result(status, "; ".join(fails + warns + lines), fix=fix if fails or warns else "",
                          measured=source, gpus=gpus)
+
+
+# --- gpu.fabric ---------------------------------------------------------------------------------------------
+
+FABRIC_MANAGER_COMM = "nv-fabricmanage"  # /proc/PID/comm keeps 15 characters of "nv-fabricmanager"
+
+
+def _process_running(ctx: HostContext, comm: str) -> bool | None:
+    """Whether a process named `comm` runs, from /proc/*/comm; None when the (snapshot's) /proc lists no process."""
+    pids = [p for p in ctx.listdir("/proc") if p.isdigit()]
+    if not pids:
+        return None
+    return any(ctx.read(f"/proc/{pid}/comm") == comm for pid in pids)
+
+
+def check_fabric(ctx: HostContext) -> Check:
+    measured = f"{ctx.path('/sys/bus/pci/devices')}/*/class, {ctx.path('/dev')}/nvidia-nvswitch*, /proc/*/comm"
+    switches = pci_devices(ctx, NVIDIA, {NVSWITCH_CLASS})
+    nodes = [d for d in ctx.listdir("/dev") if re.fullmatch(r"nvidia-nvswitch\d+", d)]
+    if not switches and not nodes:
+        return FABRIC.result("skip", "no NVSwitch (PCI class 0x068000 or /dev/nvidia-nvswitch*)", measured=measured)
+    found = f"{len(switches) or len(nodes)} NVSwitch(es)" + (f" ({', '.join(switches)})" if switches else "")
+    running = _process_running(ctx, FABRIC_MANAGER_COMM)
+    if running is None:
+        return FABRIC.result("skip", f"{found}; no process list in {ctx.path('/proc')} to find nv-fabricmanager",
+                             measured=measured)
+    if not running:
+        return FABRIC.result(
+            "fail", f"{found} but no nv-fabricmanager process: NVLink stays down and CUDA reports "
+                    f"'system not yet initialized' (error 802)",
+            fix="systemctl enable --now nvidia-fabricmanager (the package must match the driver version exactly); "
+                "journalctl -u nvidia-fabricmanager shows why it stopped", measured=measured, nvswitches=switches)
+    return FABRIC.result("pass", f"{found}; nv-fabricmanager running", measured=measured, nvswitches=switches)
+
+
+# --- gpu.peermem --------------------------------------------------------------------------------------------
+
+PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")  # the driver's module; Mellanox's older one
+
+
+def _dmabuf_capable(ctx: HostContext) -> bool:
+    """NCCL >= 2.19 can use DMA-BUF instead of nvidia_peermem: it needs the open GPU kernel modules and Linux 5.12."""
+    version = ctx.read("/proc/driver/nvidia/version") or ""
+    kernel = re.match(r"(\d+)\.(\d+)", ctx.read("/proc/sys/kernel/osrelease") or "")
+    return "Open Kernel Module" in version and kernel is not None and tuple(map(int, kernel.groups())) >= (5, 12)
+
+
+def check_peermem(ctx: HostContext) -> Check:
+    measured = f"{ctx.path('/proc/modules')}, {ctx.path('/sys/module')}"
+    hcas, gpus = ctx.listdir("/sys/class/infiniband"), nvidia_gpus(ctx)
+    if not hcas or not gpus:
+        return PEERMEM.result("skip", f"{len(gpus)} NVIDIA GPU(s), {len(hcas)} RDMA HCA(s): no GPUDirect RDMA path",
+                              measured=measured)
+    modules = ctx.read("/proc/modules")
+    loaded = [m for m in PEERMEM_MODULES if ctx.path(f"/sys/module/{m}").is_dir()
+              or re.search(rf"^{m} ", modules or "", re.M)]
+    where = f"{len(gpus)} NVIDIA GPU(s), HCAs {','.join(hcas)}"
+    if loaded:
+        return PEERMEM.result("pass", f"{where}; {loaded[0]} loaded", measured=measured, module=loaded[0])
+    if modules is None:
+        return PEERMEM.result("skip", f"{where}; no {ctx.path('/proc/modules')} to tell the loaded modules",
+                              measured=measured)
+    fix = ("modprobe nvidia_peermem, and load it at boot: echo nvidia_peermem > "
+           "/etc/modules-load.d/nvidia-peermem.conf (it must be built against the installed MLNX_OFED/rdma-core)")
+    if _dmabuf_capable(ctx):
+        return PEERMEM.result("warn", f"{where}; nvidia_peermem not loaded (the open kernel module and this kernel "
+                                      f"allow DMA-BUF, which NCCL >= 2.19 uses instead)", fix=fix, measured=measured)
+    return PEERMEM.result("fail", f"{where}; nvidia_peermem not loaded: NCCL cannot register GPU memory with the HCAs "
+                                  f"and copies every message through host memory (no GPUDirect RDMA)",
+                          fix=fix, measured=measured)

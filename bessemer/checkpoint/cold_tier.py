@@ -1,5 +1,5 @@
 """The cold tier as the trainer uses it: every `interval_hours` of wall time, rank 0 hands the newest macro
-checkpoint to a background uploader (compressed, encrypted: cold.py) — from the checkpointer's housekeeping
+checkpoint to a background uploader (compressed, encrypted: cold_store.py) — from the checkpointer's housekeeping
 thread, so no rank waits for the snapshot; on recovery, when no local checkpoint is intact, rank 0 downloads the
 newest backup into the macro directory on a thread of its own while the other ranks poll. Snapshots that a
 killed process left behind are cleared with the macro tier's other leftovers at start-up. No torch."""
@@ -9,13 +9,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bessemer.checkpoint.cold import AsyncUploader, ColdStore, load_key
+from bessemer.checkpoint.cold_store import AsyncUploader, ColdStore, load_key
 from bessemer.checkpoint.paths import step_dir
 from bessemer.config import ColdTierConfig
 from bessemer.errors import BessemerError
 
 
-def cold_store(cfg: ColdTierConfig) -> ColdStore:
+def open_store(cfg: ColdTierConfig) -> ColdStore:
     options = {"endpoint_url": cfg.endpoint_url} if cfg.endpoint_url else {}
     return ColdStore(cfg.url, load_key(cfg.key_env, cfg.key_file), options)
 
@@ -25,7 +25,7 @@ class ColdTier:
 
     def __init__(self, cfg: ColdTierConfig, on_done: Callable[[int, BaseException | None, float], None]):
         self.cfg = cfg
-        self.store = cold_store(cfg)  # reads the key now: a missing key fails at start, not hours later
+        self.store = open_store(cfg)  # reads the key now: a missing key fails at start, not hours later
         self.uploader = AsyncUploader(self.store, keep=cfg.keep, on_done=on_done)
         self.last_submit: float | None = None
 
@@ -56,7 +56,7 @@ class ColdTier:
 
 def restore(cfg: ColdTierConfig, macro_dir: Path, step: int | None = None) -> Path:
     """`bessemer ckpt restore`: download a backup (default: the newest) into the macro directory."""
-    store = cold_store(cfg)
+    store = open_store(cfg)
     steps = store.list_steps()
     if not steps:
         raise BessemerError(f"no complete backups at {cfg.url}")
