@@ -93,7 +93,7 @@ def curate(raw_dir: str | Path, out_dir: str | Path, pipeline_file: str | Path =
     """Run the demo's curation pipeline (configs/demo_pipeline.toml) from `raw_dir` into `out_dir` (kept
     shards, `rejected/`, `stats.json`); returns the stats."""
     from bessemer.data.phases import run_pipeline
-    from bessemer.data.pipeline import load_pipeline
+    from bessemer.data.pipeline_toml import load_pipeline
 
     pipeline = load_pipeline(pipeline_file)
     pipeline.input.paths = [str(raw_dir)]
@@ -103,7 +103,7 @@ def curate(raw_dir: str | Path, out_dir: str | Path, pipeline_file: str | Path =
 
 def read_curated(out_dir: str | Path) -> list[dict]:
     """The kept documents of a curation output directory (its part-* shards, in shard order)."""
-    from bessemer.data.pipeline import InputConfig
+    from bessemer.data.pipeline_toml import InputConfig
     from bessemer.data.readers import list_inputs, read_file
 
     cfg = InputConfig(paths=[str(out_dir)])
