@@ -168,6 +168,7 @@ def _cpu_seconds() -> float:
 
 def _run_stage(spec: dict) -> None:
     """In a fresh process: one stage of `run_dedup_stages` (its jobs on a pool), reporting peaks as JSON."""
+    from bessemer.data.dedup.minhash import DedupConfig
     from bessemer.data.dedup.stages import run_dedup_stages
     from bessemer.data.runner import LocalRunner
 
@@ -181,8 +182,8 @@ def _run_stage(spec: dict) -> None:
 
     t = time.perf_counter()
     stop = None if spec["stage"] == "filter" else spec["stage"]
-    r = run_dedup_stages(spec["paths"], spec["work"], map_jobs=measured_map, stop_after=stop,
-                         num_bands=NUM_BANDS, rows_per_band=ROWS, threshold=THRESHOLD)
+    cfg = DedupConfig(num_bands=NUM_BANDS, rows_per_band=ROWS, threshold=THRESHOLD)
+    r = run_dedup_stages(spec["paths"], spec["work"], cfg, map_jobs=measured_map, stop_after=stop)
     print(json.dumps({"wall": time.perf_counter() - t, "cpu": _cpu_seconds(), "worker_kb": max(peaks),
                       "driver_kb": _peak_kb(),
                       "result": {k: v for k, v in r.items() if k != "outputs"}}))

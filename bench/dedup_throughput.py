@@ -1,5 +1,5 @@
 """End-to-end near-duplicate throughput, one process on one core: our `DedupStep` against a datasketch pipeline
-and a rensa pipeline on the same generated corpus (`bessemer.data.synthetic`: clusters of edited copies, hard
+and a rensa pipeline on the same generated corpus (`bessemer.data.dedup.synthetic`: clusters of edited copies, hard
 negatives sharing 40-60% of a cluster's text, unrelated singletons), with the same parameters: word 5-gram
 shingles of the normalized text, 112 permutations, LSH with 16 bands x 7 rows, candidates verified at
 estimated Jaccard >= 0.6, clusters by union-find.
@@ -25,10 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bessemer.data.dedup.lexical import DedupStep
 from bessemer.data.dedup.minhash import normalize_text, shingle_strings
-from bessemer.data.dedup.step import DedupStep
+from bessemer.data.dedup.synthetic import corpus, precision_recall
 from bessemer.data.document import Document
-from bessemer.data.synthetic import corpus, precision_recall
 
 NUM_BANDS, ROWS, NGRAM, THRESHOLD = 16, 7, 5, 0.6
 NUM_PERM = NUM_BANDS * ROWS

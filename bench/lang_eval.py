@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.data.eval_data import add_data_argument
 from bench.quality_eval import real_sets
 from bessemer.data.document import Document
-from bessemer.data.lang import LangStep, identifier
+from bessemer.data.text.lang import LangStep, identifier
 
 # Locale directory -> the label the model should give.
 CATALOG_LANGS = {"de": "de", "fr": "fr", "es": "es", "it": "it", "pt_BR": "pt", "ru": "ru", "uk": "uk", "ja": "ja",

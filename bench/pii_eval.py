@@ -192,7 +192,7 @@ def main() -> None:
     if (root := find_data(args.data, needs, "pii_eval")) is None:
         return
     data, real = root / "pii_eval", root / "real_text"
-    from bessemer.data.pii import redact
+    from bessemer.data.pii.redact import redact
 
     def find(text: str) -> list:
         return redact(text)[1]

@@ -41,7 +41,7 @@ def load_texts(real: Path, lang: str) -> list[str]:
 
 def measure(texts: list[str], run, rounds: int) -> tuple[float, float]:
     """Best of `rounds`: (CPU seconds, wall seconds) for one pass over `texts`, each round segmenting afresh."""
-    from bessemer.data.segment import forget_texts
+    from bessemer.data.text.segment import forget_texts
 
     best = (float("inf"), float("inf"))
     for _ in range(rounds):
@@ -66,7 +66,7 @@ def main() -> None:
     import jieba
 
     from bessemer.data.document import Document
-    from bessemer.data.pii import TYPES, PiiStep
+    from bessemer.data.pii.redact import TYPES, PiiStep
 
     def pii(types):
         def run(texts):

@@ -67,7 +67,7 @@ def make_corpus(out_dir: Path, n_docs: int, n_files: int, seed: int = 0) -> int:
 
 def run_bessemer(raw: Path, out: Path, workers: int, shards: int) -> tuple[float, int]:
     from bessemer.data.phases import run_pipeline
-    from bessemer.data.pipeline import Pipeline
+    from bessemer.data.pipeline_toml import Pipeline
 
     pipeline = Pipeline.from_dict({
         "input": {"paths": [str(raw)], "format": "jsonl"},

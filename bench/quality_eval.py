@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.data.eval_data import add_data_argument, find_data
 from bessemer.data.document import Document
-from bessemer.data.normalize import NormalizeStep
-from bessemer.data.quality import QualityStep
+from bessemer.data.quality.filter import QualityStep
+from bessemer.data.text.normalize import NormalizeStep
 
 _ZH_ARTICLE = re.compile(r"^第[零一二三四五六七八九十百千]+条(?:之[一二三四五六七八九十]+)?[\s　]")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*)$")

@@ -282,7 +282,7 @@ def export_tensors(args: ModelArgs, dtype: torch.dtype,
 
 def _tokenizer_files(tokenizer_dir: Path, dest: Path, max_seq_len: int, vocab_size: int) -> dict[str, int]:
     """Copy tokenizer.json and write the files that let AutoTokenizer load it; returns the special ids."""
-    from bessemer.tokenizer.bpe import BOS, EOS, PAD, TOKENIZER_FILE
+    from bessemer.tokenizer.common import BOS, EOS, PAD, TOKENIZER_FILE
 
     src = Path(tokenizer_dir) / TOKENIZER_FILE
     if not src.is_file():

@@ -1,6 +1,6 @@
 """`bessemer data run|stats|STEP`: run a pipeline TOML, or one step alone, and print its stats. No torch.
 
-Building the parser imports only the step registry (`pipeline.py`: no step modules), so `bessemer data
+Building the parser imports only the step registry (`steps.py`: no step modules), so `bessemer data
 --help` stays fast and loads neither jieba nor ftfy; a step appears as a subcommand only when its module
 exists (checked with `find_spec`, without importing it).
 """
@@ -19,7 +19,7 @@ INPUT_FORMATS = ("jsonl", "parquet", "text", "warc")
 
 def available_steps() -> list[str]:
     """Registered steps whose module is present (a step another change has not landed yet is left out)."""
-    from bessemer.data.pipeline import STEPS
+    from bessemer.data.steps import STEPS
 
     names = []
     for name, target in STEPS.items():
@@ -64,7 +64,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--json", action="store_true", help="print stats.json itself")
     s.add_argument("--report", action="store_true", help="also (re)build OUTDIR/report/index.html")
 
-    from bessemer.data.quality_model import (
+    from bessemer.data.quality.classifier import (
         add_quality_train_arguments,  # argparse only; fasttext loads when run
     )
 
@@ -109,7 +109,7 @@ def parse_option(text: str) -> tuple[str, object]:
 
 def step_pipeline(args: argparse.Namespace):
     """The one-step pipeline of `bessemer data STEP ...`."""
-    from bessemer.data.pipeline import Pipeline
+    from bessemer.data.pipeline_toml import Pipeline
 
     spec: dict = {"name": args.data_command}
     for text in args.option:
@@ -194,7 +194,7 @@ def _run(pipeline, report: bool) -> int:
 
 def run(args: argparse.Namespace) -> int:
     if args.data_command == "quality-train":
-        from bessemer.data.quality_model import run_quality_train
+        from bessemer.data.quality.classifier import run_quality_train
 
         return run_quality_train(args)
     if args.data_command == "stats":
@@ -207,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"report: {write_report(args.outdir)}")
         return 0
     if args.data_command == "run":
-        from bessemer.data.pipeline import load_pipeline
+        from bessemer.data.pipeline_toml import load_pipeline
 
         if not Path(args.pipeline).is_file():
             raise BessemerError(f"no such pipeline file: {args.pipeline}")

@@ -23,12 +23,12 @@ from dataclasses import asdict
 from typing import Self
 
 from bessemer.data import io
-from bessemer.data.document import Document
-from bessemer.data.pipeline import REASON, STEPS, Pipeline, step_class
+from bessemer.data.document import REASON, Document
+from bessemer.data.pipeline_toml import Pipeline
 from bessemer.data.readers import InputFile, file_size, read_file
 from bessemer.data.sink import Sink
 from bessemer.data.stats import StepStats, summary
-from bessemer.data.step import Step
+from bessemer.data.steps import STEPS, Reject, step_class
 from bessemer.data.writers import RoutedWriter, open_writer, shard_name
 
 REJECTED_FORMAT = "jsonl.zst"
@@ -49,15 +49,14 @@ def _text_bytes(doc: Document) -> int:
     return len(doc.text.encode("utf-8", "surrogatepass"))
 
 
-def _route(docs: Iterable[Document], stats: StepStats, rejected: Sink) -> Iterator[Document]:
-    """Pass kept documents on, send marked ones to the exclusion sink; count both. `stats.seconds` gets the
-    time spent inside this generator, which includes the stages feeding it (subtracted later)."""
+def _count(docs: Iterable[Document], stats: StepStats, reject: Reject | None = None) -> Iterator[Document]:
+    """Pass documents on, counting them; `stats.seconds` gets the time spent inside this generator, which
+    includes the stages feeding it (subtracted later). With `reject` (the input stage) a record the readers
+    marked unreadable (bessemer/data/readers.py) goes to `reject` instead of on."""
     t = time.perf_counter()
     for doc in docs:
-        reason = doc.metadata.get(REASON)
-        if reason is not None:
-            stats.rejected[str(reason)] += 1
-            rejected.write(doc)
+        if reject is not None and REASON in doc.metadata:
+            reject(doc)
             continue
         stats.docs_out += 1
         stats.bytes_out += _text_bytes(doc)
@@ -67,18 +66,13 @@ def _route(docs: Iterable[Document], stats: StepStats, rejected: Sink) -> Iterat
     stats.seconds += time.perf_counter() - t
 
 
-def _run_step(step, docs: Iterator[Document], shard: int, n_shards: int, stats: StepStats,
-              rejected: Sink) -> Iterator[Document]:
-    """A step of the `data/step.py` kind drops documents through a callback (sent to the exclusion sink here);
-    any other step marks them with `reject()` and yields them, and `_route` sends them on."""
-    if not isinstance(step, Step):
-        return step.run(docs, shard, n_shards)
-
+def _sink(stats: StepStats, rejected: Sink) -> Reject:
+    """The reject callback of one stage: count the document by its reason, write it to the exclusion sink."""
     def on_reject(doc: Document) -> None:
         stats.rejected[str(doc.metadata[REASON])] += 1
         rejected.write(doc)
 
-    return step.run(docs, shard, n_shards, reject=on_reject)
+    return on_reject
 
 
 def _read_all(files: list[InputFile], pipeline: Pipeline) -> Iterator[Document]:
@@ -96,9 +90,9 @@ def run_shard(pipeline: Pipeline, shard: int, n_shards: int, files: list[InputFi
               else open_writer(io.join(out.dir, shard_name(shard, out.format)), out.format))
     with writer, \
             Sink(io.join(out.rejected_dir, shard_name(shard, REJECTED_FORMAT)), pipeline.sink_redaction()) as rejected:
-        stream = _route(_read_all(files, pipeline), stats[0], rejected)
+        stream = _count(_read_all(files, pipeline), stats[0], _sink(stats[0], rejected))
         for step, st in zip(steps, stats[1:]):
-            stream = _route(_run_step(step, stream, shard, n_shards, st, rejected), st, rejected)
+            stream = _count(step.run(stream, shard, n_shards, reject=_sink(st, rejected)), st)
         for doc in stream:
             writer.write(doc)
     # Every record the readers produced was either kept or rejected by the input stage; each later step
@@ -110,8 +104,7 @@ def run_shard(pipeline: Pipeline, shard: int, n_shards: int, files: list[InputFi
     for i in range(1, len(stats)):
         stats[i].seconds = max(0.0, inclusive[i] - inclusive[i - 1])
     for step, st in zip(steps, stats[1:]):
-        if callable(getattr(step, "stats", None)):
-            st.extra = step.stats()
+        st.extra = step.stats()
     assert writer.count == stats[-1].docs_out, (writer.count, stats[-1].docs_out)
     result = {"shard": shard, "fingerprint": fp, "files": [f.url for f in files], **summary(stats, shards=1)}
     if isinstance(writer, RoutedWriter):

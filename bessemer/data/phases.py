@@ -40,16 +40,11 @@ from bessemer.data.executor import (
     shard_done,
     shard_job_name,
 )
-from bessemer.data.pipeline import (
-    InputConfig,
-    OutputConfig,
-    Pipeline,
-    build_step,
-    registry_paths,
-)
+from bessemer.data.pipeline_toml import InputConfig, OutputConfig, Pipeline
 from bessemer.data.readers import InputFile, list_inputs
 from bessemer.data.runner import Runner, open_runner
 from bessemer.data.stats import StepStats, conservation_errors, merge_shards, summary
+from bessemer.data.steps import build_step, registry_paths
 from bessemer.data.writers import shard_name
 from bessemer.errors import BessemerError
 

@@ -21,8 +21,8 @@ from pathlib import PurePosixPath
 import zstandard
 
 from bessemer.data import io as data_io
-from bessemer.data.document import Document
-from bessemer.data.pipeline import InputConfig, reject
+from bessemer.data.document import Document, mark_rejected
+from bessemer.data.pipeline_toml import InputConfig
 from bessemer.errors import BessemerError
 
 # Which files a directory entry contributes, per format (an explicitly named file is read whatever its name).
@@ -149,8 +149,8 @@ def _read_errors() -> tuple[type[BaseException], ...]:
 
 def _file_failed(name: str, url: str, error: BaseException, at: str) -> Document:
     reason = "input.truncated" if isinstance(error, EOFError) else "input.unreadable"
-    return reject(Document(f"{stem(name)}#{reason.split('.')[1]}", ""), reason, source=url, after=at,
-                  error=f"{type(error).__name__}: {error}"[:500])
+    return mark_rejected(Document(f"{stem(name)}#{reason.split('.')[1]}", ""), reason, source=url, after=at,
+                         error=f"{type(error).__name__}: {error}"[:500])
 
 
 def read_jsonl(url: str, name: str, cfg: InputConfig) -> Iterator[Document]:
@@ -179,8 +179,8 @@ def read_jsonl_lines(url: str, name: str, cfg: InputConfig) -> Iterator[tuple[in
                 lineno += 1
                 if len(line) > cfg.max_doc_bytes and not line.endswith(b"\n"):
                     size = len(line) + _skip_line(f)
-                    yield reject(Document(f"{prefix}/{lineno}", ""), "input.too_large", source=f"{url}:{lineno}",
-                                 size=size, raw=repr(line[:_RAW_PREVIEW]))
+                    yield mark_rejected(Document(f"{prefix}/{lineno}", ""), "input.too_large",
+                                        source=f"{url}:{lineno}", size=size, raw=repr(line[:_RAW_PREVIEW]))
                     continue
                 yield lineno, line
     except _read_errors() as e:
@@ -204,7 +204,7 @@ def _skip_line(f) -> int:
 
 def _parse_line(line: bytes, gen_id: str, source: str, cfg: InputConfig) -> Document | None:
     def bad(reason: str, **detail) -> Document:
-        return reject(Document(gen_id, ""), reason, source=source, raw=repr(line[:_RAW_PREVIEW]), **detail)
+        return mark_rejected(Document(gen_id, ""), reason, source=source, raw=repr(line[:_RAW_PREVIEW]), **detail)
 
     if b"\x00" in line:
         return bad("input.nul_bytes")
@@ -255,8 +255,8 @@ def read_parquet(url: str, name: str, cfg: InputConfig) -> Iterator[Document]:
         with data_io.open_url(url, "rb") as f:
             pf = pq.ParquetFile(f)
             if cfg.text_field not in pf.schema_arrow.names:
-                yield reject(Document(f"{prefix}#missing_text", ""), "input.missing_text", source=url,
-                             error=f"no column {cfg.text_field!r}; columns: {', '.join(pf.schema_arrow.names)}")
+                yield mark_rejected(Document(f"{prefix}#missing_text", ""), "input.missing_text", source=url,
+                                    error=f"no column {cfg.text_field!r}; columns: {', '.join(pf.schema_arrow.names)}")
                 return
             for batch in pf.iter_batches(batch_size=1024):
                 for rec in batch.to_pylist():
@@ -272,13 +272,13 @@ def _parquet_doc(rec: dict, gen_id: str, source: str, cfg: InputConfig) -> Docum
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError as e:
-            return reject(Document(gen_id, ""), "input.invalid_utf8", source=source,
-                          raw=repr(text[:_RAW_PREVIEW]), error=str(e))
+            return mark_rejected(Document(gen_id, ""), "input.invalid_utf8", source=source,
+                                 raw=repr(text[:_RAW_PREVIEW]), error=str(e))
     if not isinstance(text, str):
-        return reject(Document(gen_id, ""), "input.missing_text", source=source, error="null text")
+        return mark_rejected(Document(gen_id, ""), "input.missing_text", source=source, error="null text")
     problem = _text_problem(text, cfg)
     if problem:
-        return reject(Document(gen_id, ""), problem, source=source)
+        return mark_rejected(Document(gen_id, ""), problem, source=source)
     doc_id = rec.pop(cfg.id_field, None)
     meta = rec.pop("metadata", None)
     try:
@@ -306,7 +306,7 @@ def read_text(url: str, name: str, cfg: InputConfig) -> Iterator[Document]:
     try:
         size = file_size(url)
         if size > cfg.max_doc_bytes:
-            yield reject(Document(name, ""), "input.too_large", source=url, size=size)
+            yield mark_rejected(Document(name, ""), "input.too_large", source=url, size=size)
             return
         with open_bytes(url) as f:
             data = f.read()
@@ -314,12 +314,13 @@ def read_text(url: str, name: str, cfg: InputConfig) -> Iterator[Document]:
         yield _file_failed(name, url, e, at="start")
         return
     if b"\x00" in data:
-        yield reject(Document(name, ""), "input.nul_bytes", source=url, raw=repr(data[:_RAW_PREVIEW]))
+        yield mark_rejected(Document(name, ""), "input.nul_bytes", source=url, raw=repr(data[:_RAW_PREVIEW]))
         return
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        yield reject(Document(name, ""), "input.invalid_utf8", source=url, raw=repr(data[:_RAW_PREVIEW]), error=str(e))
+        yield mark_rejected(Document(name, ""), "input.invalid_utf8", source=url, raw=repr(data[:_RAW_PREVIEW]),
+                            error=str(e))
         return
     yield Document(name, text, {})
 
@@ -357,18 +358,18 @@ def _warc_doc(record, content_type: str, gen_id: str, source: str, cfg: InputCon
     record_id = (record.rec_headers.get_header("WARC-Record-ID") or "").strip("<>") or gen_id
     body = record.content_stream().read(cfg.max_doc_bytes + 1)
     if len(body) > cfg.max_doc_bytes:
-        return reject(Document(record_id, ""), "input.too_large", source=source)
+        return mark_rejected(Document(record_id, ""), "input.too_large", source=source)
     m = _CHARSET.search(content_type)
     charset = m.group(1) if m else "utf-8"
     try:
         html = body.decode(charset)
     except LookupError:
-        return reject(Document(record_id, ""), "input.unknown_charset", source=source, charset=charset)
+        return mark_rejected(Document(record_id, ""), "input.unknown_charset", source=source, charset=charset)
     except UnicodeDecodeError as e:
-        return reject(Document(record_id, ""), "input.invalid_utf8", source=source,
-                      raw=repr(body[:_RAW_PREVIEW]), error=f"{charset}: {e}")
+        return mark_rejected(Document(record_id, ""), "input.invalid_utf8", source=source,
+                             raw=repr(body[:_RAW_PREVIEW]), error=f"{charset}: {e}")
     if "\x00" in html:
-        return reject(Document(record_id, ""), "input.nul_bytes", source=source, raw=repr(body[:_RAW_PREVIEW]))
+        return mark_rejected(Document(record_id, ""), "input.nul_bytes", source=source, raw=repr(body[:_RAW_PREVIEW]))
     meta = {
         "url": record.rec_headers.get_header("WARC-Target-URI"),
         "content_type": content_type,

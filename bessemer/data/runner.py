@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self
 from bessemer.errors import BessemerError
 
 if TYPE_CHECKING:
-    from bessemer.data.pipeline import ExecutorConfig
+    from bessemer.data.pipeline_toml import ExecutorConfig
 
 RAY_MISSING = "the Ray executor needs ray: pip install 'ray[default]' (or plain 'ray')"
 

@@ -13,7 +13,7 @@ rejected documents unchanged.
 from typing import Self
 
 from bessemer.data.document import Document
-from bessemer.data.pipeline import build_step
+from bessemer.data.steps import build_step
 from bessemer.data.writers import JsonlWriter
 
 

@@ -93,7 +93,7 @@ def curate(raw_dir: str | Path, out_dir: str | Path, pipeline_file: str | Path =
     """Run the demo's curation pipeline (configs/demo_pipeline.toml) from `raw_dir` into `out_dir` (kept
     shards, `rejected/`, `stats.json`); returns the stats."""
     from bessemer.data.phases import run_pipeline
-    from bessemer.data.pipeline import load_pipeline
+    from bessemer.data.pipeline_toml import load_pipeline
 
     pipeline = load_pipeline(pipeline_file)
     pipeline.input.paths = [str(raw_dir)]
@@ -103,7 +103,7 @@ def curate(raw_dir: str | Path, out_dir: str | Path, pipeline_file: str | Path =
 
 def read_curated(out_dir: str | Path) -> list[dict]:
     """The kept documents of a curation output directory (its part-* shards, in shard order)."""
-    from bessemer.data.pipeline import InputConfig
+    from bessemer.data.pipeline_toml import InputConfig
     from bessemer.data.readers import list_inputs, read_file
 
     cfg = InputConfig(paths=[str(out_dir)])
@@ -121,7 +121,7 @@ def build_token_data(out_dir: str | Path, vocab_size: int, code_bytes: int = 2_0
     The shards are written by `bessemer tokenizer encode`'s code (tokenizer/encode.py), which shuffles the
     documents with `seed`, so a sequential read mixes the domains.
     """
-    from bessemer.tokenizer.encode import encode_inputs
+    from bessemer.tokenizer.encode import EncodeSettings, encode_inputs
     from bessemer.tokenizer.train import train_tokenizer
 
     out_dir = Path(out_dir)
@@ -138,6 +138,6 @@ def build_token_data(out_dir: str | Path, vocab_size: int, code_bytes: int = 2_0
     with open(source, "w", encoding="utf-8") as f:
         f.writelines(json.dumps({"text": d["text"], "metadata": {"domain": d["metadata"]["domain"]}},
                                 ensure_ascii=False) + "\n" for d in docs)
-    encode_inputs(tokenizer, source, out_dir / "shards", seed=seed)
+    encode_inputs(tokenizer, source, out_dir / "shards", EncodeSettings(seed=seed))
     source.unlink()
     return out_dir / "shards"

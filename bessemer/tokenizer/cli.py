@@ -116,13 +116,14 @@ def run(args: argparse.Namespace) -> int:
               f"trained on {meta['corpus']['docs']:,} documents ({meta['corpus']['bytes'] / 1e6:.1f} MB)")
         return 0
     if args.tokenizer_command == "encode":
-        from bessemer.tokenizer.encode import encode_inputs
+        from bessemer.tokenizer.encode import EncodeSettings, encode_inputs
 
+        settings = EncodeSettings(domain=args.domain, shard_tokens=args.shard_tokens, buckets=args.buckets,
+                                  seed=args.seed, text_field=args.text_field, domain_field=args.domain_field,
+                                  tag_domain=args.tag_domain, input_format=args.format)
         try:
-            result = encode_inputs(args.tokenizer, args.input, args.output, args.domain, args.workers,
-                                   args.shard_tokens, args.text_field, args.domain_field, args.tag_domain,
-                                   progress=not args.no_progress, seed=args.seed, buckets=args.buckets,
-                                   input_format=args.format)
+            result = encode_inputs(args.tokenizer, args.input, args.output, settings, args.workers,
+                                   progress=not args.no_progress)
         except KeyboardInterrupt:
             print("bessemer tokenizer: interrupted; the shards written so far are kept, rerun the same command "
                   "to continue", file=sys.stderr)

@@ -80,18 +80,33 @@ class EncodeResult:
 
 
 @dataclass(frozen=True)
+class EncodeSettings:
+    """How documents become token shards: the options of `bessemer tokenizer encode`."""
+    domain: str | None = None
+    """Every document's domain; None = each document's `domain_field`, else "default"."""
+    shard_tokens: int = DEFAULT_SHARD_TOKENS
+    """Tokens a shard holds (a bucket is written when it reaches this)."""
+    buckets: int = DEFAULT_BUCKETS
+    """Open shards per task that documents are dealt into (module docstring: Shuffle)."""
+    seed: int = 0
+    """Seeds the dealing and the order inside a shard; the same seed gives the same shards."""
+    text_field: str = "text"
+    """JSONL field / Parquet column with the text."""
+    domain_field: str = "metadata.domain"
+    """Field with a document's domain (dotted path), read when `domain` is None."""
+    tag_domain: bool = False
+    """Put <|domain:NAME|> before each document."""
+    input_format: str = "auto"
+    """How to read the inputs (inputs.py FORMATS); "auto": .parquet, .txt, else JSONL by suffix."""
+
+
+@dataclass(frozen=True)
 class _Settings:
     """What every job needs besides its input file (a few strings and numbers: sent with each job)."""
     tokenizer: str
     tokenizer_sha256: str
     out: str
-    shard_tokens: int
-    buckets: int
-    seed: int
-    text_field: str
-    domain_field: str
-    domain: str | None
-    tag_domain: bool
+    encode: EncodeSettings
 
 
 @dataclass(frozen=True)
@@ -139,14 +154,14 @@ def encode_task(tok, s: _Settings, task: _Task) -> dict:
     bad = BadRecords()
     names: list[str] = []  # this task's domain names; labels number them
     tags: dict[str, int] = {}
-    buckets = [_Bucket() for _ in range(s.buckets)]
+    buckets = [_Bucket() for _ in range(s.encode.buckets)]
     shards: list[dict] = []
     result = {"task": task.number, "docs": 0, "tokens": 0}
 
     def write(b: int) -> None:
         bucket = buckets[b]
-        order = permute(np.arange(len(bucket.docs)), len(bucket.docs), s.seed, bucket.windows,
-                        task.number * s.buckets + b)
+        order = permute(np.arange(len(bucket.docs)), len(bucket.docs), s.encode.seed, bucket.windows,
+                        task.number * s.encode.buckets + b)
         name = f"shard_{task.number:05d}_{b:02d}_{bucket.windows:04d}"
         meta = write_shard(out, name, [bucket.docs[i] for i in order], np.asarray(bucket.labels)[order], dtype)
         shards.append({**meta, "domains": list(names), "bucket": b, "window": bucket.windows})
@@ -155,10 +170,10 @@ def encode_task(tok, s: _Settings, task: _Task) -> dict:
 
     def encode(texts: list[str], domains: list[str]) -> None:
         first = result["docs"]
-        where = bucket_of(first + np.arange(len(texts)), s.buckets, s.seed, task.number)
+        where = bucket_of(first + np.arange(len(texts)), s.encode.buckets, s.encode.seed, task.number)
         for enc, domain, b in zip(tok.encode_batch(texts, add_special_tokens=False), domains, where.tolist()):
             ids = np.asarray(enc.ids, dtype=dtype)
-            if s.tag_domain:
+            if s.encode.tag_domain:
                 if domain not in tags:
                     tags[domain] = _tag_id(tok, domain, s.tokenizer)
                 ids = np.concatenate([np.array([tags[domain]], dtype=dtype), ids])
@@ -170,15 +185,15 @@ def encode_task(tok, s: _Settings, task: _Task) -> dict:
             bucket.tokens += ids.size
             result["docs"] += 1
             result["tokens"] += ids.size
-            if bucket.tokens >= s.shard_tokens:
+            if bucket.tokens >= s.encode.shard_tokens:
                 write(b)
 
     texts: list[str] = []
     domains: list[str] = []
     size = 0
-    for text, doc_domain in documents(task.source, bad, s.text_field, s.domain_field):
+    for text, doc_domain in documents(task.source, bad, s.encode.text_field, s.encode.domain_field):
         texts.append(text)
-        domains.append(s.domain or doc_domain or DEFAULT_DOMAIN)
+        domains.append(s.encode.domain or doc_domain or DEFAULT_DOMAIN)
         size += len(text)
         if len(texts) >= BATCH_DOCS or size >= BATCH_BYTES:
             encode(texts, domains)
@@ -236,29 +251,29 @@ def _remove_files_of(out: Path, numbers: set[int]) -> None:
 
 
 def encode_inputs(tokenizer: str | Path, inputs: str | Path | list[str | Path], out_dir: str | Path,
-                  domain: str | None = None, workers: int = 1, shard_tokens: int = DEFAULT_SHARD_TOKENS,
-                  text_field: str = "text", domain_field: str = "metadata.domain", tag_domain: bool = False,
-                  progress: bool = False, seed: int = 0, buckets: int = DEFAULT_BUCKETS, input_format: str = "auto",
+                  settings: EncodeSettings = EncodeSettings(), workers: int = 1, progress: bool = False,
                   on_task_done: Callable[[int], None] | None = None) -> EncodeResult:
-    """Encode every document under `inputs` into the shard directory `out_dir` (see the module docstring).
-    Domain: `domain` if given, else each document's `domain_field`, else "default". `tag_domain` puts
-    <|domain:NAME|> before each document. `on_task_done(files done in this run)` is called after each
-    commit (tests use it to interrupt a run)."""
+    """Encode every document under `inputs` into the shard directory `out_dir` (see the module docstring) with
+    `settings`, on `workers` processes. `on_task_done(files done in this run)` is called after each commit
+    (tests use it to interrupt a run)."""
     tok_path = tokenizer_file(tokenizer)
     tok_sha = _sha256(tok_path)
     tok = _tokenizer(str(tok_path), tok_sha)
     eos = tok.token_to_id(EOS)
     if eos is None:
         raise BessemerError(f"{tok_path} has no {EOS} token; train it with `bessemer tokenizer train`")
-    for name, value in (("--workers", workers), ("--shard-tokens", shard_tokens), ("--buckets", buckets)):
+    domain = settings.domain
+    for name, value in (("--workers", workers), ("--shard-tokens", settings.shard_tokens),
+                        ("--buckets", settings.buckets)):
         if value < 1:
             raise BessemerError(f"{name} must be >= 1, got {value}")
-    if tag_domain and domain is not None:
+    if settings.tag_domain and domain is not None:
         _tag_id(tok, domain, str(tok_path))
-    sources = list_sources(inputs if isinstance(inputs, list) else [inputs], input_format)
+    sources = list_sources(inputs if isinstance(inputs, list) else [inputs], settings.input_format)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    settings = {"seed": seed, "buckets": buckets, "shard_tokens": shard_tokens, "tag_domain": tag_domain}
+    recorded = {"seed": settings.seed, "buckets": settings.buckets, "shard_tokens": settings.shard_tokens,
+                "tag_domain": settings.tag_domain}
     state = _load_state(out, tok_sha, tok.get_vocab_size(), eos)
     result = EncodeResult(out)
     entries = state["inputs"]
@@ -279,7 +294,7 @@ def encode_inputs(tokenizer: str | Path, inputs: str | Path | list[str | Path], 
         if entry["complete"]:
             result.files_skipped += 1
         else:  # new, or unfinished: done (again) from its start, with this run's settings
-            entry["settings"] = settings
+            entry["settings"] = recorded
             todo.append(_Task(entry["task"], src))
     if not todo:
         _write_index(out, tok, eos, tok_path, state)
@@ -287,8 +302,7 @@ def encode_inputs(tokenizer: str | Path, inputs: str | Path | list[str | Path], 
 
     _remove_files_of(out, {t.number for t in todo})
     data_io.write_json(str(out / PROGRESS), state)
-    s = _Settings(str(tok_path), tok_sha, str(out), shard_tokens, buckets, seed, text_field, domain_field, domain,
-                  tag_domain)
+    s = _Settings(str(tok_path), tok_sha, str(out), settings)
     bar = _progress_bar(sum(entries[t.source.file.url]["size"] for t in todo)) \
         if progress and sys.stderr.isatty() else None
     by_number = {t.number: t for t in todo}

@@ -92,7 +92,7 @@ def documents(src: Source, bad: BadRecords, text_field: str = "text",
     """(text, domain or None) of each document of one input file, in file order. The readers merge a record's
     `metadata` object and its other fields into the document's metadata, so `metadata.domain` and `domain`
     both name the field `domain` there."""
-    from bessemer.data.pipeline import InputConfig
+    from bessemer.data.pipeline_toml import InputConfig
 
     cfg = InputConfig(paths=[src.file.url], format=src.format, text_field=text_field)
     path = domain_field.removeprefix("metadata.")

@@ -94,7 +94,7 @@ class JiebaSegmenter:
     """
 
     def __init__(self):
-        from bessemer.data.segment import load_jieba
+        from bessemer.data.text.segment import load_jieba
 
         self._cut = load_jieba().cut
         self._split = split_pretokenizer()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bessemer.data.script import HAN
+from bessemer.data.text.script import HAN
 from bessemer.errors import BessemerError
 from bessemer.tokenizer.common import read_meta, tokenizer_file, tokenizer_kind
 from bessemer.tokenizer.encode import DEFAULT_DOMAIN, _load
@@ -88,7 +88,7 @@ class _WordCounter:
                 n += 1
                 continue
             if self._cut is None:
-                from bessemer.data.segment import load_jieba
+                from bessemer.data.text.segment import load_jieba
 
                 self._cut = load_jieba().cut
             n += sum(1 for w in self._cut(word) if w.strip())

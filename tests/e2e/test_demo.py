@@ -87,10 +87,11 @@ def test_demo_refuses_a_directory_it_did_not_make(tmp_path):
 
 def test_tokenizer_loads_in_transformers_format(tmp_path):
     """tokenizer.json is the HF format: tokenizers loads it and round-trips mixed text byte-exactly."""
-    from bessemer.tokenizer.bpe import EOS, load_tokenizer, train_bpe
+    from bessemer.tokenizer.common import EOS, load_tokenizer
+    from bessemer.tokenizer.train import train_tokenizer
 
     text = ["def f(x):\n    return x + 1\n", "民法典第一千一百七十九条", "plain English prose."] * 20
-    path = train_bpe(text, 300, tmp_path)
+    path = train_tokenizer(((t, None) for t in text), 300, tmp_path, kind="bpe")
     tok = load_tokenizer(path)
     for t in text[:3]:
         assert tok.decode(tok.encode(t).ids) == t

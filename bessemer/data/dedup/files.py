@@ -12,7 +12,7 @@ from numpy.lib import format as npformat
 
 from bessemer.data import io
 from bessemer.data.document import Document
-from bessemer.data.pipeline import InputConfig
+from bessemer.data.pipeline_toml import InputConfig
 from bessemer.data.readers import parse_jsonl_line, read_jsonl, read_jsonl_lines, stem
 from bessemer.errors import BessemerError
 

@@ -7,13 +7,13 @@ into clusters and `bessemer.data.dedup.stages` runs everything over a corpus. do
 import math
 import re
 import unicodedata
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 import xxhash
 
 from bessemer.data.document import Document
-from bessemer.data.script import CJK
+from bessemer.data.text.script import CJK
 
 EMPTY = np.uint64(np.iinfo(np.uint64).max)  # signature of a document without shingles
 _NONWORD = re.compile(r"[\W_]+")
@@ -61,6 +61,28 @@ class MinHashConfig:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class DedupConfig(MinHashConfig):
+    """The `dedup` step's settings (its [[steps]] keys, docs/data-dedup.md): the MinHash ones, which duplicates
+    count and which copy of a cluster is kept. The step in memory and the file-based stages take the same one."""
+    exact: bool = True
+    """Group documents whose normalized text is equal (exact duplicates); False = near-duplicates only."""
+    near: bool = True
+    """Find near-duplicates with MinHash LSH; False = exact dedup only."""
+    score_key: str | None = "quality_score"
+    """Metadata key of the score that picks a cluster's keeper (highest first); None ignores scores."""
+
+    def validate(self) -> None:
+        if not (self.exact or self.near):
+            raise ValueError("dedup: exact and near are both off; turn on at least one")
+        super().validate()
+
+    @property
+    def minhash(self) -> MinHashConfig:
+        """The MinHash part alone (what signatures depend on)."""
+        return MinHashConfig(**{f.name: getattr(self, f.name) for f in fields(MinHashConfig)})
 
 
 # ASCII fast path of normalize_text: NFKC leaves ASCII unchanged; letters lowercased, every other byte a space.

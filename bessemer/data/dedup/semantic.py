@@ -18,7 +18,7 @@ from bessemer.data.dedup.semantic_cluster import (
     kmeans_fit,
 )
 from bessemer.data.document import Document
-from bessemer.data.step import Reject, Step
+from bessemer.data.steps import Reject, Step
 
 __all__ = ["EXACT_MAX_DOCS", "SemanticDedupStep", "greedy_duplicates", "kmeans", "kmeans_fit"]
 

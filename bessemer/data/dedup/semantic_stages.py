@@ -34,7 +34,7 @@ from bessemer.data.dedup.semantic_cluster import (
     greedy_duplicates,
     kmeans_fit,
 )
-from bessemer.data.pipeline import REASON
+from bessemer.data.document import REASON
 from bessemer.data.readers import file_size
 from bessemer.data.runner import local_map_jobs
 from bessemer.data.sink import Sink

@@ -41,8 +41,13 @@ from bessemer.data.dedup.files import (
     save_npz,
     unpack_ids,
 )
-from bessemer.data.dedup.minhash import DocArrays, MinHashConfig, estimated_jaccard
-from bessemer.data.pipeline import REASON
+from bessemer.data.dedup.minhash import (
+    DedupConfig,
+    DocArrays,
+    MinHashConfig,
+    estimated_jaccard,
+)
+from bessemer.data.document import REASON
 from bessemer.data.readers import file_size
 from bessemer.data.runner import local_map_jobs
 from bessemer.data.sink import Sink
@@ -374,15 +379,12 @@ _REASON_KEY = b'"reason": '
 
 # driver -------------------------------------------------------------------------------------------------------
 
-def run_dedup_stages(shard_paths: list[str], workdir: str, *, num_bands: int = MinHashConfig.num_bands,
-                     rows_per_band: int = MinHashConfig.rows_per_band,
-                     ngram: int = 5, threshold: float | None = 0.6, seed: int = 1,
-                     score_key: str | None = "quality_score", workers: int = 1, parts: int = 1,
-                     stop_after: str | None = None, exact: bool = True, near: bool = True,
+def run_dedup_stages(shard_paths: list[str], workdir: str, cfg: DedupConfig = DedupConfig(), *,
+                     workers: int = 1, parts: int = 1, stop_after: str | None = None,
                      rejected_dir: str | None = None, map_jobs: Callable[[Callable, list], list] | None = None,
                      sink_pii: dict | None = None) -> dict:
-    """Run (or resume) the four stages over JSONL shards (module docstring). Returns {"docs", "removed",
-    "pairs", "rejected" (count per reason), "outputs"}.
+    """Run (or resume) the four stages with the `dedup` step's settings `cfg` over JSONL shards (module
+    docstring). Returns {"docs", "removed", "pairs", "rejected" (count per reason), "outputs"}.
 
     `parts` splits each band's hash space into that many bucket jobs (a divisor of 256). `stop_after`
     ("signatures", "buckets", "clusters") stops early, as an interruption would. `rejected_dir`: where stage
@@ -390,32 +392,31 @@ def run_dedup_stages(shard_paths: list[str], workdir: str, *, num_bands: int = M
     `map_jobs(fn, jobs) -> results` runs the jobs of a stage (default: `bessemer.data.runner` with `workers`
     local processes).
     `sink_pii`: the [[steps]] table of the pii step that redacts rejected documents (bessemer/data/sink.py)."""
-    if not (exact or near):
-        raise ValueError("dedup: exact and near are both off; turn on at least one")
+    cfg.validate()
     if stop_after is not None and stop_after not in STAGES:
         raise ValueError(f"stop_after must be one of {', '.join(STAGES)} or None, got {stop_after!r}")
     if not 1 <= parts <= SLOTS or SLOTS % parts:
         raise ValueError(f"parts must divide {SLOTS} (1, 2, 4, ... {SLOTS}), got {parts}")
-    cfg = MinHashConfig(num_bands, rows_per_band, ngram, threshold, seed)
-    cfg.validate()
+    score_key, exact, near = cfg.score_key, cfg.exact, cfg.near
+    minhash = cfg.minhash.as_dict()
     work = str(workdir).rstrip("/")
     paths = [str(p) for p in shard_paths]
     if len(paths) >= 1 << 31:
         raise ValueError(f"at most 2^31 shards, got {len(paths)}")
-    fp = io.fingerprint("dedup/2", cfg.as_dict(), score_key, exact, near, parts,
+    fp = io.fingerprint("dedup/2", minhash, score_key, exact, near, parts,
                         [(p, file_size(p)) for p in paths])
     n = len(paths)
     map_jobs = map_jobs or local_map_jobs(workers)
     what = f"dedup work dir {work}"
 
-    sig_jobs = [(p, i, work, cfg.as_dict(), score_key, exact, near, fp) for i, p in enumerate(paths)
+    sig_jobs = [(p, i, work, minhash, score_key, exact, near, fp) for i, p in enumerate(paths)
                 if not io.marker_done(_sig_dir(work, i) + ".done", fp, what)]
     map_jobs(_signatures, sig_jobs)
     if stop_after == "signatures":
         return {}
     names = _edge_names(cfg, exact, near, parts)
     bands = ([None] if exact else []) + (list(range(cfg.num_bands)) if near else [])
-    bucket_jobs = [(work, n, b, p, parts, cfg.as_dict(), exact, fp) for b in bands for p in range(parts)
+    bucket_jobs = [(work, n, b, p, parts, minhash, exact, fp) for b in bands for p in range(parts)
                    if not io.marker_done(io.join(work, "edges", f"{_band_name(b)}-{p:03d}.done"), fp, what)]
     map_jobs(_bucket, bucket_jobs)
     if stop_after == "buckets":

@@ -93,7 +93,7 @@ def test_parse_option_reads_toml_values():
 
 
 def test_steps_listed_only_when_their_module_exists(monkeypatch):
-    from bessemer.data import pipeline
+    from bessemer.data import steps as pipeline
 
     monkeypatch.setitem(pipeline.STEPS, "not-yet", "bessemer.data.not_written_yet:Step")
     names = available_steps()

@@ -8,9 +8,9 @@ import fsspec
 import pytest
 
 from bessemer.data import executor, io
-from bessemer.data import pipeline as pipeline_mod
+from bessemer.data import steps as pipeline_mod
 from bessemer.data.phases import run_pipeline
-from bessemer.data.pipeline import Pipeline
+from bessemer.data.pipeline_toml import Pipeline
 from bessemer.data.runner import JobFailed
 from bessemer.errors import BessemerError
 from tests.unit.data.test_pipeline import Explode, write_inputs

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from bessemer.data.phases import run_pipeline
-from bessemer.data.pipeline import Pipeline
+from bessemer.data.pipeline_toml import Pipeline
 from tests.unit.data.test_pipeline import shard_files, write_inputs
 
 ray = pytest.importorskip("ray")

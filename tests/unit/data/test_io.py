@@ -13,7 +13,7 @@ import zstandard
 
 from bessemer.data.document import Document
 from bessemer.data.phases import run_pipeline
-from bessemer.data.pipeline import InputConfig, Pipeline
+from bessemer.data.pipeline_toml import InputConfig, Pipeline
 from bessemer.data.readers import InputFile, list_inputs, read_file
 from bessemer.data.writers import JsonlWriter, ParquetWriter
 

@@ -8,10 +8,11 @@ import textwrap
 import pytest
 import zstandard
 
-from bessemer.data import pipeline as pipeline_mod
+from bessemer.data import steps as pipeline_mod
 from bessemer.data.phases import run_pipeline
-from bessemer.data.pipeline import Pipeline, load_pipeline, reject
+from bessemer.data.pipeline_toml import Pipeline, load_pipeline
 from bessemer.data.runner import JobFailed
+from bessemer.data.steps import Step
 from bessemer.errors import BessemerError, ConfigError
 
 
@@ -101,37 +102,40 @@ def test_pipeline_errors_name_the_key(raw, match):
         Pipeline.from_dict(raw)
 
 
-class DropShort:
-    """A filter step as the contract wants it: marks what it drops with a namespaced reason."""
+class DropShort(Step):
+    """A filter step as the contract wants it: rejects what it drops with a namespaced reason."""
 
     name = "drop_short"
 
     def __init__(self, min_chars: int = 12):
+        super().__init__()
         self.min_chars = min_chars
 
-    def run(self, docs, rank=0, world_size=1):
-        for doc in docs:
-            yield doc if len(doc.text) >= self.min_chars else reject(doc, "test.too_short", chars=len(doc.text))
+    def process(self, doc):
+        if len(doc.text) >= self.min_chars:
+            return None
+        doc.metadata["chars"] = len(doc.text)
+        return "too_short"
 
 
-class Swallow:
+class Swallow(Step):
     """A broken step: drops every third document without a reason."""
 
     name = "swallow"
 
-    def run(self, docs, rank=0, world_size=1):
+    def run(self, docs, rank=0, world_size=1, reject=None):
         for i, doc in enumerate(docs):
             if i % 3:
                 yield doc
 
 
-class Explode:
+class Explode(Step):
     """Fails on shard 1 while `armed`, as a worker dying mid-run."""
 
     name = "explode"
     armed = False
 
-    def run(self, docs, rank=0, world_size=1):
+    def run(self, docs, rank=0, world_size=1, reject=None):
         for doc in docs:
             if Explode.armed and rank == 1:
                 raise RuntimeError("worker died")
@@ -170,10 +174,10 @@ def test_conservation_with_pii_and_two_workers(tmp_path):
 def test_step_rejections_are_counted_and_sunk(tmp_path, test_steps):
     write_inputs(tmp_path / "in", n_files=2)
     stats = run_pipeline(make(tmp_path, steps=[{"name": "drop_short", "min_chars": 12}]))
-    short = stats["steps"][1]["rejected"]["test.too_short"]
+    short = stats["steps"][1]["rejected"]["drop_short.too_short"]
     assert short > 0 and stats["conserved"]
     rejected = [d for p in (tmp_path / "out" / "rejected").glob("part-*") for d in read_jsonl_zst(p)]
-    assert sum(d["metadata"]["reason"] == "test.too_short" and "chars" in d["metadata"] for d in rejected) == short
+    assert sum(d["metadata"]["reason"] == "drop_short.too_short" and "chars" in d["metadata"] for d in rejected) == short
 
 
 def test_step_that_loses_documents_fails_conservation(tmp_path, test_steps):
@@ -244,9 +248,9 @@ def test_data_package_never_imports_torch(tmp_path):
     write_inputs(tmp_path / "in", n_files=1)
     code = textwrap.dedent(f"""
         import sys
-        from bessemer.data.pipeline import Pipeline
+        from bessemer.data.pipeline_toml import Pipeline
         from bessemer.data.phases import run_pipeline
-        import bessemer.data.readers, bessemer.data.writers, bessemer.data.stats, bessemer.data.pii
+        import bessemer.data.readers, bessemer.data.writers, bessemer.data.stats, bessemer.data.pii.redact
         run_pipeline(Pipeline.from_dict({{"input": {{"paths": [{str(tmp_path / 'in')!r}]}},
                                           "steps": [{{"name": "pii"}}], "output": {{"dir": {str(tmp_path / 'o')!r}}}}}))
         assert "torch" not in sys.modules, "bessemer.data imported torch"

@@ -9,7 +9,7 @@ import zstandard
 
 from bessemer.data.document import Document
 from bessemer.data.phases import run_pipeline
-from bessemer.data.pipeline import Pipeline
+from bessemer.data.pipeline_toml import Pipeline
 from bessemer.data.writers import RoutedWriter, route_problem
 from bessemer.errors import ConfigError
 

@@ -11,7 +11,7 @@ from bessemer.dataset.shards import TokenDataset
 from bessemer.errors import BessemerError
 from bessemer.tokenizer import encode
 from bessemer.tokenizer.common import load_tokenizer
-from bessemer.tokenizer.encode import PROGRESS, encode_inputs
+from bessemer.tokenizer.encode import PROGRESS, EncodeSettings, encode_inputs
 
 SHARD_TOKENS = 8_000
 PARTS = 4
@@ -45,7 +45,7 @@ def inputs(corpus, tmp_path_factory):
 @pytest.fixture(scope="module")
 def reference(trained, inputs, tmp_path_factory):
     out = tmp_path_factory.mktemp("ref") / "shards"
-    result = encode_inputs(trained["bpe"], inputs, out, workers=1, shard_tokens=SHARD_TOKENS)
+    result = encode_inputs(trained["bpe"], inputs, out, EncodeSettings(shard_tokens=SHARD_TOKENS), workers=1)
     assert result.docs > 0 and result.files_done == PARTS
     assert len(json.loads((out / "index.json").read_text())["shards"]) > 2 * PARTS
     return out
@@ -63,15 +63,15 @@ def test_documents_and_domains_are_preserved_in_a_seeded_order(reference, traine
 
 
 def test_the_order_depends_on_the_seed_only(reference, trained, inputs, tmp_path):
-    encode_inputs(trained["bpe"], inputs, tmp_path / "again", shard_tokens=SHARD_TOKENS)
+    encode_inputs(trained["bpe"], inputs, tmp_path / "again", EncodeSettings(shard_tokens=SHARD_TOKENS))
     assert files(tmp_path / "again") == files(reference)
-    encode_inputs(trained["bpe"], inputs, tmp_path / "seed1", shard_tokens=SHARD_TOKENS, seed=1)
+    encode_inputs(trained["bpe"], inputs, tmp_path / "seed1", EncodeSettings(shard_tokens=SHARD_TOKENS, seed=1))
     other = documents(tmp_path / "seed1")
     assert sorted(other) == sorted(documents(reference)) and other != documents(reference)
 
 
 def test_two_workers_write_the_same_bytes(reference, trained, inputs, tmp_path):
-    encode_inputs(trained["bpe"], inputs, tmp_path / "two", workers=2, shard_tokens=SHARD_TOKENS)
+    encode_inputs(trained["bpe"], inputs, tmp_path / "two", EncodeSettings(shard_tokens=SHARD_TOKENS), workers=2)
     assert files(tmp_path / "two") == files(reference)
 
 
@@ -84,7 +84,7 @@ def test_interrupted_run_resumes_to_the_same_shards(reference, trained, inputs, 
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        encode_inputs(trained["bpe"], inputs, out, workers=workers, shard_tokens=SHARD_TOKENS,
+        encode_inputs(trained["bpe"], inputs, out, EncodeSettings(shard_tokens=SHARD_TOKENS), workers=workers,
                       on_task_done=stop_after_2)
     state = json.loads((out / PROGRESS).read_text())
     assert sum(e["complete"] for e in state["inputs"].values()) == 2
@@ -94,10 +94,10 @@ def test_interrupted_run_resumes_to_the_same_shards(reference, trained, inputs, 
     (out / f"shard_{unfinished:05d}_00_0000.bin").write_bytes(b"half a shard")
     (out / f"shard_{unfinished:05d}_00_0001.bin.tmp").write_bytes(b"")
 
-    result = encode_inputs(trained["bpe"], inputs, out, workers=3 - workers, shard_tokens=SHARD_TOKENS)
+    result = encode_inputs(trained["bpe"], inputs, out, EncodeSettings(shard_tokens=SHARD_TOKENS), workers=3 - workers)
     assert result.files_done == 2 and result.files_skipped == 2
     assert files(out) == files(reference)
-    again = encode_inputs(trained["bpe"], inputs, out, workers=workers, shard_tokens=SHARD_TOKENS)
+    again = encode_inputs(trained["bpe"], inputs, out, EncodeSettings(shard_tokens=SHARD_TOKENS), workers=workers)
     assert again.files_done == 0 and again.files_skipped == PARTS and "nothing to do" in again.summary()
 
 
@@ -106,9 +106,9 @@ def test_append_a_second_domain(trained, corpus, tmp_path):
     web.write_text("".join(json.dumps({"text": d["text"]}) + "\n" for d in corpus[200:260]))
     code.write_text("".join(json.dumps({"text": d["text"]}) + "\n" for d in corpus[:40]))
     out = tmp_path / "shards"
-    encode_inputs(trained["bpe"], web, out, domain="web", shard_tokens=5000)
+    encode_inputs(trained["bpe"], web, out, EncodeSettings(domain="web", shard_tokens=5000))
     n_web = len(TokenDataset(out).shards)
-    encode_inputs(trained["bpe"], code, out, domain="code", shard_tokens=5000)
+    encode_inputs(trained["bpe"], code, out, EncodeSettings(domain="code", shard_tokens=5000))
     ds = TokenDataset(out)
     assert ds.domains == ["web", "code"] and len(ds.shards) > n_web
     labels = [domain for _, domain in documents(out)]
@@ -116,9 +116,9 @@ def test_append_a_second_domain(trained, corpus, tmp_path):
     tok = load_tokenizer(trained["bpe"])
     assert tuple(tok.encode(corpus[0]["text"]).ids) in {ids for ids, _ in documents(out)[60:]}
 
-    assert encode_inputs(trained["bpe"], code, out, domain="code").files_done == 0  # already there
+    assert encode_inputs(trained["bpe"], code, out, EncodeSettings(domain="code")).files_done == 0  # already there
     with pytest.raises(BessemerError, match="already in .* with --domain code"):
-        encode_inputs(trained["bpe"], code, out, domain="web")
+        encode_inputs(trained["bpe"], code, out, EncodeSettings(domain="web"))
     with pytest.raises(BessemerError, match="another tokenizer"):
         encode_inputs(trained["sentencepiece"], tmp_path / "web.jsonl", out)
 
@@ -127,14 +127,14 @@ def test_special_token_text_stays_text_and_domain_tags(trained, tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text(json.dumps({"text": "a<|eos|>b", "metadata": {"domain": "web"}}) + "\n")
     encode_inputs(trained["bpe"], src, tmp_path / "plain")
-    encode_inputs(trained["bpe"], src, tmp_path / "tagged", tag_domain=True)
+    encode_inputs(trained["bpe"], src, tmp_path / "tagged", EncodeSettings(tag_domain=True))
     tok = load_tokenizer(trained["bpe"])
     (plain, domain), = documents(tmp_path / "plain")
     (tagged, _), = documents(tmp_path / "tagged")
     assert domain == "web" and tok.token_to_id("<|eos|>") not in plain
     assert tagged == (tok.token_to_id("<|domain:web|>"),) + plain
     with pytest.raises(BessemerError, match=re.escape("no <|domain:other|> token")):
-        encode_inputs(trained["bpe"], src, tmp_path / "other", domain="other", tag_domain=True)
+        encode_inputs(trained["bpe"], src, tmp_path / "other", EncodeSettings(domain="other", tag_domain=True))
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -145,7 +145,7 @@ def test_an_error_in_a_worker_names_the_input_file(trained, tmp_path, workers):
     (src / "b.jsonl").write_text(json.dumps({"text": "b", "metadata": {"domain": "other"}}) + "\n")
     with pytest.raises(BessemerError, match=re.escape(f"encoding {src / 'b.jsonl'} failed: ") + ".*"
                        + re.escape("no <|domain:other|> token")):
-        encode_inputs(trained["bpe"], src, tmp_path / "out", workers=workers, tag_domain=True)
+        encode_inputs(trained["bpe"], src, tmp_path / "out", EncodeSettings(tag_domain=True), workers=workers)
 
 
 def test_the_tokenizer_is_loaded_once_per_process_until_its_file_changes(trained, inputs, tmp_path, monkeypatch):
@@ -155,9 +155,9 @@ def test_the_tokenizer_is_loaded_once_per_process_until_its_file_changes(trained
     encode._tokenizer.cache_clear()
     tok = tmp_path / "tok.json"
     tok.write_bytes((trained["bpe"] / "tokenizer.json").read_bytes())
-    encode_inputs(tok, inputs, tmp_path / "one", workers=1, shard_tokens=SHARD_TOKENS)
-    encode_inputs(tok, inputs, tmp_path / "two", workers=1, shard_tokens=SHARD_TOKENS)
+    encode_inputs(tok, inputs, tmp_path / "one", EncodeSettings(shard_tokens=SHARD_TOKENS), workers=1)
+    encode_inputs(tok, inputs, tmp_path / "two", EncodeSettings(shard_tokens=SHARD_TOKENS), workers=1)
     assert len(loads) == 1  # the parent's copy served every task of both runs
     tok.write_bytes((trained["sentencepiece"] / "tokenizer.json").read_bytes())
-    encode_inputs(tok, inputs, tmp_path / "three", workers=1, shard_tokens=SHARD_TOKENS)
+    encode_inputs(tok, inputs, tmp_path / "three", EncodeSettings(shard_tokens=SHARD_TOKENS), workers=1)
     assert len(loads) == 2  # another file under the same path
