@@ -1,5 +1,5 @@
 """The arithmetic a domain mixture is checked with, shared by the [data] section's validation and the mixture
-loader (dataset/composition.py): weights and schedules parsed from config text, the per-batch quotas and the
+loader (tokens/composition.py): weights and schedules parsed from config text, the per-batch quotas and the
 largest share error they allow. Plain Python."""
 
 import math

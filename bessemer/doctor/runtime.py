@@ -86,7 +86,7 @@ def expected_rng_groups(world_size: int) -> list[list[int]]:
     The trainer calls seed_everything(cfg.run.seed) on every rank (train/trainer.py, rng.py) with no
     per-rank offset: the model has no dropout, every rank initialises from the same seeded full model
     (model/llama.py: per-parameter generators seeded by run.seed and the parameter's name, not the global RNG)
-    and the data order is positional (dataset/loader.py), not sampled. So every
+    and the data order is positional (tokens/loader.py), not sampled. So every
     rank shares one state: a single group. Update this rule with the trainer's if it ever derives seeds per
     rank (e.g. dropout differing across data-parallel ranks, identical across tensor-parallel ones).
     """
@@ -206,8 +206,8 @@ def measure_loader(data: str, seq_len: int, micro_batch: int, dp_rank: int, dp_w
     import torch
     import torch.nn.functional as F
 
-    from bessemer.dataset.loader import TokenLoader
-    from bessemer.dataset.shards import TokenDataset
+    from bessemer.tokens.loader import TokenLoader
+    from bessemer.tokens.shards import TokenDataset
     from bessemer.model.llama import build_model
     from bessemer.model.registry import MODEL_SIZES
 
@@ -291,7 +291,7 @@ def run_runtime_checks(dims_spec: dict | None = None, sizes_mb: tuple[float, ...
         if rank is not None and not 0 <= rank < launch.world_size:
             raise BessemerError(f"{name} {rank}: not a rank of this job (0..{launch.world_size - 1})")
     if data is not None:
-        from bessemer.dataset.shards import TokenDataset
+        from bessemer.tokens.shards import TokenDataset
 
         TokenDataset(data)  # a bad path fails here, on every rank, before any collective
     device = torch.device("cpu")

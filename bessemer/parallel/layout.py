@@ -78,7 +78,7 @@ def check_layout(args: ModelArgs, dims: ParallelDims, cfg: ParallelConfig, micro
 
 def check_job(cfg: "JobConfig", world_size: int) -> ParallelDims:
     """All layout checks for a job on `world_size` ranks, from the config and the data's index alone."""
-    from bessemer.dataset.shards import TokenDataset
+    from bessemer.tokens.shards import TokenDataset
     from bessemer.model.registry import resolve_model_args
 
     dims = ParallelDims.from_config(cfg.parallel, world_size)

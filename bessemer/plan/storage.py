@@ -1,7 +1,7 @@
 """Storage sizing: read bandwidth to feed training, checkpoint sizes per tier and the write bandwidth for a
 target stall. No torch.
 
-Token shards store 2 bytes per token for vocabularies up to 65,536 and 4 beyond (dataset/shards.py).
+Token shards store 2 bytes per token for vocabularies up to 65,536 and 4 beyond (tokens/shards.py).
 A checkpoint of our trainer holds fp32 weights and AdamW's two fp32 states: 12 bytes per parameter
 (micro and macro tiers alike; the cold tier compresses that with zstd, which gains little on fp32 noise, so
 it is sized the same); an exported Hugging Face copy holds bf16 weights: 2 bytes per parameter.

@@ -53,7 +53,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _fields(t)
 
     e = actions.add_parser("encode", help="documents -> token shards (parallel, shuffled, resumable, appendable)",
-                           description="Encode documents into token shards (dataset/shards.py). Each worker reads, "
+                           description="Encode documents into token shards (tokens/shards.py). Each worker reads, "
                                        "tokenizes and writes whole input files; documents are shuffled by --seed "
                                        "across --buckets shards and within each shard. Rerunning after an "
                                        "interruption continues; new inputs into an existing directory are appended.")

@@ -41,8 +41,8 @@ import numpy as np
 from bessemer.data import io as data_io
 from bessemer.data.readers import file_size
 from bessemer.data.runner import LocalRunner
-from bessemer.dataset.order import bucket_of, permute
-from bessemer.dataset.shards import (
+from bessemer.tokens.order import bucket_of, permute
+from bessemer.tokens.shards import (
     INDEX,
     read_versioned_json,
     token_dtype,

@@ -1,7 +1,7 @@
 """`bessemer train --dry-run`: what a config will do, without torch and without training."""
 
 from bessemer.config import JobConfig, to_toml
-from bessemer.dataset.shards import TokenDataset
+from bessemer.tokens.shards import TokenDataset
 from bessemer.model.registry import count_params, flops_per_token, get_model_args
 from bessemer.parallel.layout import check_job, pipeline_microbatches
 from bessemer.plan.memory import estimate_memory

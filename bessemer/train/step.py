@@ -17,7 +17,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from bessemer.config import JobConfig
-from bessemer.dataset.mixture import DomainLosses, MixtureLoader
+from bessemer.tokens.mixture import DomainLosses, MixtureLoader
 from bessemer.parallel.dims import ParallelDims
 from bessemer.parallel.fsdp import set_final_microbatch
 from bessemer.parallel.pipeline import sync_tied_grads

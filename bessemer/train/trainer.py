@@ -17,8 +17,8 @@ import torch
 from bessemer.checkpoint.hf import load_hf_into
 from bessemer.checkpoint.store import CheckpointHooks, Checkpointer, ModelParts
 from bessemer.config import JobConfig, check_data_parallel
-from bessemer.dataset.mixture import build_loader
-from bessemer.dataset.shards import TokenDataset
+from bessemer.tokens.mixture import build_loader
+from bessemer.tokens.shards import TokenDataset
 from bessemer.errors import TrainingInterrupted
 from bessemer.model.registry import count_params, flops_per_token, resolve_model_args
 from bessemer.parallel.build import uses_fsdp

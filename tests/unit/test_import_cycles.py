@@ -61,7 +61,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("config",),  # one dataclass per TOML section, with the rules and arithmetic its validation needs (no torch)
     ("report",),  # HTML reports read from a run's or a curation's files (no torch)
     ("data",),  # curation (no torch)
-    ("dataset",),  # token shards and loaders
+    ("tokens",),  # token shards, their seeded order, and the loaders (plain and domain mixture) that read them
     ("tokenizer",),  # tokenizer training and encoding into token shards (no torch)
     ("precision",),  # numerics: dtype policies, loss scaling, FP8, guards
     ("parallel",),  # the mesh, the one model-build recipe, TP, FSDP, pipelining, recompute, compile

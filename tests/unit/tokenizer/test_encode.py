@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from bessemer.dataset.shards import TokenDataset
+from bessemer.tokens.shards import TokenDataset
 from bessemer.errors import BessemerError
 from bessemer.tokenizer import encode
 from bessemer.tokenizer.common import load_tokenizer

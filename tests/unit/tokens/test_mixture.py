@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from bessemer.config import DataConfig, JobConfig, describe, load_config, to_toml
-from bessemer.dataset.composition import compose, reweight
-from bessemer.dataset.mixture import DomainLosses, MixtureLoader, build_loader
-from bessemer.dataset.shards import ShardWriter, TokenDataset
+from bessemer.tokens.composition import compose, reweight
+from bessemer.tokens.mixture import DomainLosses, MixtureLoader, build_loader
+from bessemer.tokens.shards import ShardWriter, TokenDataset
 from bessemer.errors import BessemerError, ConfigError
 
 EOS = 0
@@ -205,7 +205,7 @@ def test_data_paths_join_the_pools(dataset, docs, tmp_path):
 
 
 def test_no_domains_is_the_plain_token_loader(dataset):
-    from bessemer.dataset.loader import TokenLoader
+    from bessemer.tokens.loader import TokenLoader
 
     assert type(build_loader(DataConfig(), dataset, 15, 4, 4)) is TokenLoader
 

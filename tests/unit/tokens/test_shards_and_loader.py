@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from bessemer.dataset.loader import TokenLoader
-from bessemer.dataset.shards import ShardWriter, TokenDataset
+from bessemer.tokens.loader import TokenLoader
+from bessemer.tokens.shards import ShardWriter, TokenDataset
 from bessemer.errors import BessemerError
 
 EOS = 0

@@ -28,10 +28,10 @@ import torch.distributed as dist
 
 from bessemer.config import DataConfig
 from bessemer.config.mixture import normalized, parse_schedule
-from bessemer.dataset.composition import compose, interleave, reweight
-from bessemer.dataset.loader import TokenLoader
-from bessemer.dataset.order import permute, stream_tag
-from bessemer.dataset.shards import TokenDataset
+from bessemer.tokens.composition import compose, interleave, reweight
+from bessemer.tokens.loader import TokenLoader
+from bessemer.tokens.order import permute, stream_tag
+from bessemer.tokens.shards import TokenDataset
 from bessemer.errors import BessemerError
 
 

@@ -19,8 +19,8 @@ micro-batch within it — is exact, O(1) in size, and layout-independent at step
 import numpy as np
 import torch
 
-from bessemer.dataset.order import permute
-from bessemer.dataset.shards import TokenDataset
+from bessemer.tokens.order import permute
+from bessemer.tokens.shards import TokenDataset
 from bessemer.errors import BessemerError
 
 

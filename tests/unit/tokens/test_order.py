@@ -4,7 +4,7 @@ document-to-shard hash."""
 import numpy as np
 import pytest
 
-from bessemer.dataset.order import bucket_of, permute, stream_tag
+from bessemer.tokens.order import bucket_of, permute, stream_tag
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 16, 17, 1000, 4097])
