@@ -13,7 +13,6 @@ Parameters and optimizer states stay fp32 in both ("master weights").
 """
 
 import contextlib
-import functools
 import logging
 from dataclasses import dataclass
 
@@ -86,9 +85,29 @@ class PrecisionPolicy:
             want = self.of(name).compute
             parent = self.of(name.rpartition(".")[0]).compute if name else self.cfg.dtype
             if name and want != parent:
-                module.forward = functools.partial(_run_in, module.forward, DTYPES[want])
+                module.__class__ = _island_class(type(module), DTYPES[want])
                 names.append(name)
         return names
+
+
+_ISLANDS: dict[tuple[type, torch.dtype], type] = {}
+
+
+def _island_class(cls: type, dtype: torch.dtype) -> type:
+    """`cls` with its forward run in `dtype`: one subclass per (module class, dtype), swapped in as the
+    module's class (FSDP2 swaps classes the same way; names and state dicts are unchanged). Every block's norm
+    then has the same type and the same forward, so a compiled block guards on the type, and one graph serves
+    all blocks: a wrapper object per module made each block a recompilation, and 9 blocks or more passed
+    dynamo's recompile limit of 8."""
+    island = _ISLANDS.get((cls, dtype))
+    if island is None:
+        def forward(self, *args, **kwargs):
+            return _run_in(super(island, self).forward, dtype, *args, **kwargs)
+
+        island = type(f"{cls.__name__}In{str(dtype).removeprefix('torch.').capitalize()}", (cls,),
+                      {"forward": forward, "__module__": cls.__module__})
+        _ISLANDS[(cls, dtype)] = island
+    return island
 
 
 def _run_in(forward, dtype: torch.dtype, *args, **kwargs):

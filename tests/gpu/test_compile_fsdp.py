@@ -16,7 +16,9 @@ AC_MODES = {
 def test_compiled_checkpointed_fsdp2_blocks_train_like_eager(mode, build_sharded, train_steps):
     eager = train_steps(*build_sharded(*AC_MODES[mode]), STEPS)
     cfg, model, optimizers = build_sharded(*AC_MODES[mode], compile_blocks=True)
-    assert all(block._compiled_call_impl is not None for block in model.layers.values())
+    for block in model.layers.values():  # a whole-block checkpoint stays eager around its compiled forward
+        inner = getattr(block.forward, "args", (None,))[0]
+        assert block._compiled_call_impl is not None or hasattr(inner, "_torchdynamo_orig_callable")
     compiled = train_steps(cfg, model, optimizers, STEPS)
     assert compiled[-1] < compiled[0]
     worst = max(abs(a - b) / abs(a) for a, b in zip(eager, compiled))
