@@ -3,6 +3,7 @@
 import math
 from collections.abc import Callable
 
+from bessemer.errors import BessemerError
 from bessemer.eval.loading import Evaluable
 from bessemer.eval.scoring import choose, encode_pair, rolling_windows, score, window
 from bessemer.eval.tasks import Task, multiple_choice_items, perplexity_texts
@@ -18,7 +19,10 @@ def evaluate_multiple_choice(ev: Evaluable, task: Task, batch_size: int,
         first = len(requests)
         for choice in item.choices:
             ctx, cont = encode_pair(ev.encode, item.context, task.target_delimiter + choice, ev.prefix_id)
-            requests.append(window(ctx, cont, ev.max_len))
+            try:
+                requests.append(window(ctx, cont, ev.max_len))
+            except BessemerError as e:
+                raise BessemerError(f"{task.name}, item {item.id}: {e}") from None
         spans.append((first, len(requests)))
     lls = score(ev.model, requests, batch_size, ev.device, progress)
     rows, acc, acc_norm = [], 0, 0
