@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # four processes start torch; slow on a busy host
 
 TASKS = "tests/e2e/eval_tasks"
 BESSEMER = [sys.executable, "-m", "bessemer.cli"]
