@@ -90,6 +90,12 @@ def _cmd_data(args: argparse.Namespace, overrides: list[str]) -> int:
     return run(args)
 
 
+def _cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
+    from bessemer.eval.cli import run
+
+    return run(args)
+
+
 def _cmd_doctor(args: argparse.Namespace, overrides: list[str]) -> int:
     from bessemer.doctor.cli import run
 
@@ -120,11 +126,15 @@ def build_parser() -> argparse.ArgumentParser:
     from bessemer.data.cli import add_parser as add_data_parser  # argparse + step registry; steps load when run
 
     add_data_parser(sub)
+    from bessemer.eval.cli import add_parser as add_eval_parser  # argparse only; torch loads when run
+
+    add_eval_parser(sub)
     return parser
 
 
 COMMANDS = {"train": _cmd_train, "demo": _cmd_demo, "report": _cmd_report, "ckpt": _cmd_ckpt,
-            "doctor": _cmd_doctor, "plan": _cmd_plan, "tokenizer": _cmd_tokenizer, "data": _cmd_data}
+            "doctor": _cmd_doctor, "plan": _cmd_plan, "tokenizer": _cmd_tokenizer, "data": _cmd_data,
+            "eval": _cmd_eval}
 TAKES_OVERRIDES = {"train", "demo"}
 
 

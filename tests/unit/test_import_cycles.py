@@ -66,6 +66,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("precision",),  # numerics: dtype policies, loss scaling, FP8, guards
     ("parallel",),  # the mesh, the one model-build recipe, TP, FSDP, pipelining, recompute, compile
     ("checkpoint",),  # tiers, saves, loads, Hugging Face import/export, `bessemer ckpt`
+    ("eval",),  # benchmark task files, log-likelihood scoring as lm-eval-harness does it, `bessemer eval`
     ("plan",),  # cluster sizing (no torch)
     ("doctor",),  # host and runtime checks, telemetry (no torch in the host checks)
     ("train",),  # the trainer, its step and builders, the launcher and its supervisor
