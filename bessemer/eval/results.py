@@ -43,7 +43,7 @@ def evaluate_perplexity(ev: Evaluable, task: Task, batch_size: int,
     stream (no bytes known: the text is gone)."""
     requests, n_bytes = [], None
     if task.shards is not None:
-        from bessemer.dataset.shards import TokenDataset
+        from bessemer.tokens.shards import TokenDataset
 
         data = TokenDataset(task.shards)
         n = min(task.max_tokens + 1, data.stream_len)

@@ -163,6 +163,26 @@ def test_package_order():
         "\n".join(found)
 
 
+def unresolved(path: Path, known: dict[str, Path]) -> list[str]:
+    """The bessemer modules `path` imports (anywhere in it) that do not exist, e.g. after a move."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+        else:
+            continue
+        out += [n for n in names if n.startswith("bessemer.") and n not in known]
+    return out
+
+
+def test_every_bessemer_import_names_a_module_that_exists():
+    known = modules()
+    missing = {name: bad for name, path in known.items() if (bad := unresolved(path, known))}
+    assert not missing, f"imports of modules that do not exist: {missing}"
+
+
 def test_the_order_check_can_fail(tmp_path):
     """An import against the order is found, also when it sits inside a function; one downward is not."""
     source = tmp_path / "builders.py"
