@@ -23,6 +23,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,11 +99,24 @@ def available_bytes() -> int:
 NEEDED_BYTES = int(8 * (0.25 + 1.4 * 1.65) * 2**30)
 
 
+# The previous layout's ranks have exited when torchrun returns, but the kernel gives their memory back over the
+# following seconds (and other processes come and go): the guard polls this long before refusing.
+MEMORY_WAIT_S = 60.0
+
+
+def wait_for_memory(needed: int, timeout_s: float = MEMORY_WAIT_S, poll_s: float = 1.0) -> int:
+    """MemAvailable once it reaches `needed` bytes, or what it is after `timeout_s` seconds (0: not known)."""
+    deadline = time.monotonic() + timeout_s
+    while (free := available_bytes()) and free < needed and time.monotonic() < deadline:
+        time.sleep(poll_s)
+    return free
+
+
 def run_layout(name: str, tmp: Path, extra: list[str]) -> list[dict]:
-    free = available_bytes()
+    free = wait_for_memory(NEEDED_BYTES)
     if free and free < NEEDED_BYTES:  # the kernel's OOM killer would pick any process on the machine
-        sys.exit(f"layout {name}: {free / 2**30:.1f} GiB available, the 8 ranks may need "
-                 f"{NEEDED_BYTES / 2**30:.1f} GiB; not started")
+        sys.exit(f"layout {name}: {free / 2**30:.1f} GiB available after waiting {MEMORY_WAIT_S:.0f} s, the 8 "
+                 f"ranks may need {NEEDED_BYTES / 2**30:.1f} GiB; not started")
     out = tmp / name / "memory.json"
     out.parent.mkdir(parents=True)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=8", __file__,
