@@ -166,7 +166,13 @@ def main() -> None:
     parser.add_argument("--layouts", default=",".join(LAYOUTS), help="comma-separated subset of " + ",".join(LAYOUTS))
     args, rest = parser.parse_known_args()
     if args.worker:
-        return worker(args.worker, rest)
+        worker(args.worker, rest)
+        from bessemer.proc import exit_rank
+
+        # As every bessemer rank under torchrun leaves (bessemer/cli.py): without interpreter finalization, in
+        # which gloo's threads, torn down while they still hold tensors, abort the process now and then
+        # (SIGABRT, "terminate called without an active exception") after the work is done.
+        exit_rank(0)
     names = args.layouts.split(",")
     print(f"model {MODEL} (1.24B parameters, tied embeddings) on 8 CPU ranks (gloo, OMP_NUM_THREADS=1); one "
           f"forward + backward at seq_len {SEQ_LEN}, no optimizer step; bf16 compute and gradient reduction, "

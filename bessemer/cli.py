@@ -3,9 +3,21 @@
 import argparse
 import os
 import sys
+from collections.abc import Callable
 
+from bessemer.checkpoint import cli as ckpt_cli
+from bessemer.data import cli as data_cli
+from bessemer.doctor import cli as doctor_cli
 from bessemer.errors import BessemerError, TrainingInterrupted
+from bessemer.eval import cli as eval_cli
+from bessemer.plan import cli as plan_cli
 from bessemer.proc import exit_rank, to_console
+from bessemer.tokenizer import cli as tokenizer_cli
+
+# The commands whose package's cli.py adds their parser and runs them. Those modules hold argparse only at
+# import (no torch): each loads its work when it runs.
+PACKAGE_CLIS = {"ckpt": ckpt_cli, "doctor": doctor_cli, "plan": plan_cli, "tokenizer": tokenizer_cli,
+                "data": data_cli, "eval": eval_cli}
 
 
 def _positive(text: str) -> int:
@@ -66,40 +78,9 @@ def _cmd_report(args: argparse.Namespace, overrides: list[str]) -> int:
     return 0
 
 
-def _cmd_ckpt(args: argparse.Namespace, overrides: list[str]) -> int:
-    from bessemer.checkpoint.cli import run
-
-    return run(args)
-
-
-def _cmd_plan(args: argparse.Namespace, overrides: list[str]) -> int:
-    from bessemer.plan.cli import run
-
-    return run(args)
-
-
-def _cmd_tokenizer(args: argparse.Namespace, overrides: list[str]) -> int:
-    from bessemer.tokenizer.cli import run
-
-    return run(args)
-
-
-def _cmd_data(args: argparse.Namespace, overrides: list[str]) -> int:
-    from bessemer.data.cli import run
-
-    return run(args)
-
-
-def _cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
-    from bessemer.eval.cli import run
-
-    return run(args)
-
-
-def _cmd_doctor(args: argparse.Namespace, overrides: list[str]) -> int:
-    from bessemer.doctor.cli import run
-
-    return run(args)
+def _package_command(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace, list[str]], int]:
+    """A command parsed and run by its package's cli.py (which imports its work only when it runs)."""
+    return lambda args, overrides: run(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,30 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--run-dir", default="runs/demo", help="where everything goes (default runs/demo)")
     report = sub.add_parser("report", help="(re)build the HTML report of a run directory")
     report.add_argument("run_dir")
-    from bessemer.checkpoint.cli import add_parser as add_ckpt_parser  # argparse only; each action loads when run
-
-    add_ckpt_parser(sub)
-    from bessemer.doctor.cli import add_parser as add_doctor_parser  # argparse only; the checks load when run
-
-    add_doctor_parser(sub)
-    from bessemer.plan.cli import add_parser as add_plan_parser  # argparse only; the planner loads when run
-
-    add_plan_parser(sub)
-    from bessemer.tokenizer.cli import add_parser as add_tokenizer_parser  # argparse only; tokenizers loads when run
-
-    add_tokenizer_parser(sub)
-    from bessemer.data.cli import add_parser as add_data_parser  # argparse + step registry; steps load when run
-
-    add_data_parser(sub)
-    from bessemer.eval.cli import add_parser as add_eval_parser  # argparse only; torch loads when run
-
-    add_eval_parser(sub)
+    for package in PACKAGE_CLIS.values():
+        package.add_parser(sub)
     return parser
 
 
-COMMANDS = {"train": _cmd_train, "demo": _cmd_demo, "report": _cmd_report, "ckpt": _cmd_ckpt,
-            "doctor": _cmd_doctor, "plan": _cmd_plan, "tokenizer": _cmd_tokenizer, "data": _cmd_data,
-            "eval": _cmd_eval}
+COMMANDS = {"train": _cmd_train, "demo": _cmd_demo, "report": _cmd_report,
+            **{name: _package_command(package.run) for name, package in PACKAGE_CLIS.items()}}
 TAKES_OVERRIDES = {"train", "demo"}
 
 

@@ -315,16 +315,6 @@ class Checkpointer:
         self.housekeeper.wait()
         self.report(self.last_micro_step)
 
-    def close(self) -> None:
-        """Before the process groups go: the save in flight written and committed (its agreement runs over the
-        async group on the housekeeping thread), the housekeeping done, the staging thread shut down. Events and
-        errors not yet reported stay unreported: `finish` is what reports them."""
-        self._settle()
-        self.housekeeper.wait()
-        if self.stager is not None:
-            self.stager.close()
-            self.stager = None
-
     # ------------------------------------------------------------------------------------------- load
 
     def listing(self) -> list[Candidate]:

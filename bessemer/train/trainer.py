@@ -112,7 +112,6 @@ class Trainer:
         if cfg.metrics.runtime_checks and launch.distributed and runtime_checks is not None:
             self._runtime_checks(runtime_checks)
         self._stop_signal: int | None = None
-        self._closed = False
 
     # The components tests and benches reach through the trainer.
     @property
@@ -198,25 +197,8 @@ class Trainer:
                 reporter.close()
 
     def close(self) -> None:
-        """Release what the trainer started, in whatever state it is: after `train`, after steps taken by hand,
-        after a forward and backward with no optimizer step, or stopped mid-run. The threads that may still use
-        a process group or the interpreter go first — the checkpointer's (a save's agreement runs over the async
-        group on its housekeeping thread; the staging copy), the metrics writer, the monitor's sampler and
-        exporter — and the device's queued work is waited for; then the process groups are destroyed. A second
-        call does nothing."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self.checkpointer.close()
-        finally:
-            try:
-                self.reporter.close()
-            finally:
-                if self.device.type == "cuda":
-                    torch.cuda.synchronize(self.device)
-                if self.launch.distributed and torch.distributed.is_initialized():
-                    torch.distributed.destroy_process_group()
+        if self.launch.distributed and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
     def summary(self) -> str:
         cfg, n = self.cfg.train, count_params(self.model_args)["total"]
