@@ -105,7 +105,16 @@ def train(cfg: "JobConfig", config_path: str, argv: list[str], nproc: int, resum
     try:
         trainer.train()
     finally:
-        trainer.close()
+        # The training loop's SIGTERM handler is gone once an exception leaves it, and the traceback is printed
+        # only after this block: a SIGTERM from torchrun (stopping the ranks because a peer died) arriving
+        # during close() would end the rank silently, its log without the error that ended it. torchrun still
+        # sends SIGKILL after its grace period if close() does not return.
+        previous = signal.signal(signal.SIGTERM, signal.SIG_IGN) if under_launcher() else None
+        try:
+            trainer.close()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
     if trainer.is_main:
         print(f"done: {trainer.run_dir / 'metrics.jsonl'}")
     return 0
