@@ -33,11 +33,6 @@ def check_data_parallel(train: TrainConfig, dp: int) -> None:
                           f"({train.micro_batch}) x data-parallel ranks ({dp}) = {per_pass}")
 
 
-def _normalized(weights: dict[str, float]) -> dict[str, float]:
-    total = sum(weights.values())
-    return {k: v / total for k, v in weights.items()}
-
-
 def _check_mixture_batch(data: DataConfig, global_batch: int) -> None:
     """Whether a batch of `global_batch` sequences can hold every domain within data.tolerance of its weight:
     each domain gets the floor or the ceiling of global_batch x weight sequences (config/mixture.py)."""
@@ -57,6 +52,6 @@ def _check_mixture_batch(data: DataConfig, global_batch: int) -> None:
             raise ConfigError(
                 f"data.tolerance {data.tolerance} cannot be met with train.global_batch {global_batch}: a "
                 f"domain's share moves in steps of 1/{global_batch}, and {where} gives {name} "
-                f"{global_batch * _normalized(weights)[name]:.3g} sequences of {global_batch}, {worst:.4g} "
+                f"{global_batch * weights[name] / sum(weights.values()):.3g} sequences of {global_batch}, {worst:.4g} "
                 f"off its weight in some batches; raise data.tolerance to {needed:g} or "
                 f"train.global_batch (any batch of {always} or more sequences meets it)")
