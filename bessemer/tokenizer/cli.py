@@ -21,6 +21,17 @@ def _count(text: str) -> int:
     return int(digits) * scale
 
 
+def _fraction(text: str) -> float:
+    """0.01, 0 (the share of documents held out)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1) such as 0.01, got {text!r}")
+    return value
+
+
 def _fields(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=FORMATS, default="auto",
                    help="how to read the inputs (default auto: .parquet, .txt, else JSONL by suffix)")
@@ -71,6 +82,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="shards each input file's documents are spread over by a seeded hash (default 4)")
     e.add_argument("--seed", type=int, default=0, help="seed of the document order (default 0)")
     e.add_argument("--tag-domain", action="store_true", help="put <|domain:NAME|> before each document")
+    e.add_argument("--heldout", type=_fraction, default=0.0, metavar="FRACTION",
+                   help="write this share of the documents (chosen by a keyed hash of their text) to "
+                        "SHARDS/heldout/ instead of the training shards (default 0: none)")
+    e.add_argument("--heldout-seed", type=int, default=None, metavar="N",
+                   help="key of the held-out hash (default: --seed); every run into SHARDS must use the same")
     e.add_argument("--no-progress", action="store_true", help="no progress bar (there is none off a terminal)")
     _fields(e)
 
@@ -120,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
 
         settings = EncodeSettings(domain=args.domain, shard_tokens=args.shard_tokens, buckets=args.buckets,
                                   seed=args.seed, text_field=args.text_field, domain_field=args.domain_field,
-                                  tag_domain=args.tag_domain, input_format=args.format)
+                                  tag_domain=args.tag_domain, input_format=args.format, heldout=args.heldout,
+                                  heldout_seed=args.heldout_seed)
         try:
             result = encode_inputs(args.tokenizer, args.input, args.output, settings, args.workers,
                                    progress=not args.no_progress)
@@ -129,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
                   "to continue", file=sys.stderr)
             return 130
         _report_bad(result.bad.summary())
+        for warning in result.warnings:
+            print(f"bessemer tokenizer: warning: {warning}", file=sys.stderr)
         print(result.summary())
         return 0
     if args.tokenizer_command == "stats":

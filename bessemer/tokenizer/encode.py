@@ -16,19 +16,19 @@ land in different shards, the order inside a shard is shuffled, and a worker hol
 buckets x shard_tokens tokens in memory. The index lists a run's shards bucket by bucket (bucket, task,
 window), so reading the shards in order interleaves the input files. The same seed gives the same order.
 
-Resume and append. Beside the shards the output directory holds `encode_progress.json`: the tokenizer's
-sha256 and one entry per input file ever encoded into it (URL, size, domain override, task number, run,
-settings, complete, and its shards once complete). It is rewritten (atomically) whenever a task finishes.
-A rerun of the same command skips complete files, deletes the shard files of unfinished tasks and does those
-again (at most one file per worker is redone). Inputs the directory has not seen are appended as a new run, after the shards already there.
-index.json is rewritten at the end of each run; while a run is in progress the previous index (whose shards
-are untouched) stays valid. The same file cannot be appended under another domain, nor resumed after it
-changed size.
+Held out. With `heldout` > 0, a keyed hash of each document's text (heldout.py) sends it either to the
+training shards or to OUTPUT/heldout/, a shard directory of its own with its own index, never to both.
+Each side of a task has its own buckets, dealing counter and domain labels (`_Split`), so the training side
+of a run with a split is shuffled exactly as if the held-out documents had never been in the input. Each
+task reports its documents and tokens per domain on each side; the progress file keeps them.
+
+Resume and append: progress.py (encode_progress.json beside the shards, rewritten whenever a task finishes; a
+rerun redoes the unfinished files and appends new ones as a new run).
 """
 
 import hashlib
-import json
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -41,20 +41,21 @@ import numpy as np
 from bessemer.data import io as data_io
 from bessemer.data.readers import file_size
 from bessemer.data.runner import LocalRunner
-from bessemer.tokens.order import bucket_of, permute
-from bessemer.tokens.shards import (
-    INDEX,
-    read_versioned_json,
-    token_dtype,
-    write_index,
-    write_shard,
-)
 from bessemer.errors import BessemerError
+from bessemer.tokenizer import heldout
 from bessemer.tokenizer.common import EOS, domain_tag, load_tokenizer, tokenizer_file
+from bessemer.tokenizer.heldout import HELDOUT_DIR, HeldoutSplit
 from bessemer.tokenizer.inputs import BadRecords, Source, documents, list_sources
+from bessemer.tokenizer.progress import (
+    PROGRESS,
+    all_shards,
+    load_state,
+    remove_files_of,
+    write_indexes,
+)
+from bessemer.tokens.order import bucket_of, permute
+from bessemer.tokens.shards import token_dtype, write_shard
 
-PROGRESS = "encode_progress.json"
-PROGRESS_FORMAT = "bessemer-encode-progress/2"
 DEFAULT_DOMAIN = "default"
 DEFAULT_BUCKETS = 4
 DEFAULT_SHARD_TOKENS = 1 << 24
@@ -65,18 +66,28 @@ BATCH_BYTES = 1 << 20
 @dataclass
 class EncodeResult:
     out_dir: Path
-    docs: int = 0  # documents written by this run
+    docs: int = 0  # training documents written by this run
     tokens: int = 0
+    heldout_docs: int = 0  # held-out documents written by this run (into out_dir/heldout)
+    heldout_tokens: int = 0
     files_done: int = 0
     files_skipped: int = 0  # complete before this run
     bad: BadRecords = field(default_factory=BadRecords)
+    split: HeldoutSplit | None = None  # None: no held-out split
+    per_domain: dict[str, dict[str, int]] = field(default_factory=dict)  # this run's counts (heldout.count)
+    warnings: list[str] = field(default_factory=list)  # about the whole directory (heldout.warnings)
 
     def summary(self) -> str:
         if not self.files_done:
             return f"{self.out_dir}: already encoded ({self.files_skipped} input files); nothing to do"
         skipped = f", {self.files_skipped} already encoded" if self.files_skipped else ""
-        return (f"{self.out_dir}: wrote {self.docs:,} documents, {self.tokens:,} tokens from {self.files_done} "
+        line = (f"{self.out_dir}: wrote {self.docs:,} documents, {self.tokens:,} tokens from {self.files_done} "
                 f"input files{skipped}")
+        if self.split is None:
+            return line
+        return (f"{line}; held out {self.heldout_docs:,} documents, {self.heldout_tokens:,} tokens into "
+                f"{self.out_dir / HELDOUT_DIR} ({HeldoutSplit.describe(self.split.record())})\n"
+                + heldout.table(self.per_domain))
 
 
 @dataclass(frozen=True)
@@ -98,6 +109,15 @@ class EncodeSettings:
     """Put <|domain:NAME|> before each document."""
     input_format: str = "auto"
     """How to read the inputs (inputs.py FORMATS); "auto": .parquet, .txt, else JSONL by suffix."""
+    heldout: float = 0.0
+    """Share of the documents written to OUTPUT/heldout/ instead of the training shards (0 <= f < 1; 0 = no
+    held-out split), chosen by a keyed hash of each document's text (heldout.py)."""
+    heldout_seed: int | None = None
+    """Key of that hash; None = `seed`. Every run into one directory must use the same fraction and key."""
+
+    @property
+    def split(self) -> HeldoutSplit:
+        return HeldoutSplit(self.heldout, self.seed if self.heldout_seed is None else self.heldout_seed)
 
 
 @dataclass(frozen=True)
@@ -146,47 +166,76 @@ class _Bucket:
         self.windows = 0  # shards written from this bucket so far
 
 
-def encode_task(tok, s: _Settings, task: _Task) -> dict:
-    """Read, tokenize and write one input file (see the module docstring); returns what the parent records:
-    the shards (with bucket and window for the index order), documents, tokens and bad records."""
-    dtype = token_dtype(tok.get_vocab_size())
-    out = Path(s.out)
-    bad = BadRecords()
-    names: list[str] = []  # this task's domain names; labels number them
-    tags: dict[str, int] = {}
-    buckets = [_Bucket() for _ in range(s.encode.buckets)]
-    shards: list[dict] = []
-    result = {"task": task.number, "docs": 0, "tokens": 0}
+class _Split:
+    """One side of a task (its training documents, or its held-out ones): the buckets they are dealt into, the
+    shards written to `out`, and the domain names its labels number."""
 
-    def write(b: int) -> None:
-        bucket = buckets[b]
-        order = permute(np.arange(len(bucket.docs)), len(bucket.docs), s.encode.seed, bucket.windows,
-                        task.number * s.encode.buckets + b)
-        name = f"shard_{task.number:05d}_{b:02d}_{bucket.windows:04d}"
-        meta = write_shard(out, name, [bucket.docs[i] for i in order], np.asarray(bucket.labels)[order], dtype)
-        shards.append({**meta, "domains": list(names), "bucket": b, "window": bucket.windows})
+    def __init__(self, out: Path, task: int, settings: EncodeSettings, dtype: np.dtype):
+        self.out, self.task, self.settings, self.dtype = out, task, settings, dtype
+        self.buckets = [_Bucket() for _ in range(settings.buckets)]
+        self.names: list[str] = []
+        self.shards: list[dict] = []
+        self.dealt = 0  # documents dealt so far: the number of the next one
+
+    def deal(self, n: int) -> Iterator[int]:
+        """The buckets of this side's next `n` documents (module docstring: Shuffle)."""
+        where = bucket_of(self.dealt + np.arange(n), self.settings.buckets, self.settings.seed, self.task)
+        self.dealt += n
+        return iter(where.tolist())
+
+    def add(self, b: int, ids: np.ndarray, domain: str) -> None:
+        if domain not in self.names:
+            self.names.append(domain)
+        bucket = self.buckets[b]
+        bucket.docs.append(ids)
+        bucket.labels.append(self.names.index(domain))
+        bucket.tokens += ids.size
+        if bucket.tokens >= self.settings.shard_tokens:
+            self.write(b)
+
+    def write(self, b: int) -> None:
+        bucket = self.buckets[b]
+        order = permute(np.arange(len(bucket.docs)), len(bucket.docs), self.settings.seed, bucket.windows,
+                        self.task * self.settings.buckets + b)
+        name = f"shard_{self.task:05d}_{b:02d}_{bucket.windows:04d}"
+        meta = write_shard(self.out, name, [bucket.docs[i] for i in order], np.asarray(bucket.labels)[order],
+                           self.dtype)
+        self.shards.append({**meta, "domains": list(self.names), "bucket": b, "window": bucket.windows})
         bucket.docs, bucket.labels, bucket.tokens = [], [], 0
         bucket.windows += 1
 
+    def close(self) -> list[dict]:
+        for b, bucket in enumerate(self.buckets):
+            if bucket.docs:
+                self.write(b)
+        return self.shards
+
+
+def encode_task(tok, s: _Settings, task: _Task) -> dict:
+    """Read, tokenize and write one input file (see the module docstring); returns what the parent records:
+    the shards and held-out shards (with bucket and window for the index order), documents, tokens, counts per
+    domain and bad records."""
+    dtype = token_dtype(tok.get_vocab_size())
+    split = s.encode.split
+    train = _Split(Path(s.out), task.number, s.encode, dtype)
+    held = _Split(Path(s.out) / HELDOUT_DIR, task.number, s.encode, dtype) if split.fraction else None
+    if held is not None:
+        held.out.mkdir(exist_ok=True)
+    bad = BadRecords()
+    tags: dict[str, int] = {}
+    per_domain: dict[str, dict[str, int]] = {}
+
     def encode(texts: list[str], domains: list[str]) -> None:
-        first = result["docs"]
-        where = bucket_of(first + np.arange(len(texts)), s.encode.buckets, s.encode.seed, task.number)
-        for enc, domain, b in zip(tok.encode_batch(texts, add_special_tokens=False), domains, where.tolist()):
+        sides = [held if held is not None and split.held_out(t) else train for t in texts]
+        where = {side: side.deal(sides.count(side)) for side in (train, held) if side is not None}
+        for enc, domain, side in zip(tok.encode_batch(texts, add_special_tokens=False), domains, sides):
             ids = np.asarray(enc.ids, dtype=dtype)
             if s.encode.tag_domain:
                 if domain not in tags:
                     tags[domain] = _tag_id(tok, domain, s.tokenizer)
                 ids = np.concatenate([np.array([tags[domain]], dtype=dtype), ids])
-            if domain not in names:
-                names.append(domain)
-            bucket = buckets[b]
-            bucket.docs.append(ids)
-            bucket.labels.append(names.index(domain))
-            bucket.tokens += ids.size
-            result["docs"] += 1
-            result["tokens"] += ids.size
-            if bucket.tokens >= s.encode.shard_tokens:
-                write(b)
+            side.add(next(where[side]), ids, domain)
+            heldout.count(per_domain, domain, int(ids.size), side is held)
 
     texts: list[str] = []
     domains: list[str] = []
@@ -200,10 +249,9 @@ def encode_task(tok, s: _Settings, task: _Task) -> dict:
             texts, domains, size = [], [], 0
     if texts:
         encode(texts, domains)
-    for b, bucket in enumerate(buckets):
-        if bucket.docs:
-            write(b)
-    return {**result, "shards": shards, "bad": {"counts": bad.counts, "examples": bad.examples}}
+    return {"task": task.number, **heldout.totals(per_domain), "shards": train.close(),
+            "heldout_shards": held.close() if held is not None else [], "per_domain": per_domain,
+            "bad": {"counts": bad.counts, "examples": bad.examples}}
 
 
 def _tag_id(tok, domain: str, tok_path: str) -> int:
@@ -220,34 +268,6 @@ def _sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-def _load_state(out: Path, tok_sha: str, vocab_size: int, eos_id: int) -> dict:
-    progress, index = out / PROGRESS, out / INDEX
-    if progress.is_file():
-        state = read_versioned_json(progress, PROGRESS_FORMAT, f"; delete {out} to start over")
-        if state["tokenizer_sha256"] != tok_sha:
-            raise BessemerError(f"{out} was encoded with another tokenizer (sha256 {state['tokenizer_sha256'][:12]}, "
-                                f"this one {tok_sha[:12]}); use a new output directory")
-        return state
-    state = {"format": PROGRESS_FORMAT, "tokenizer_sha256": tok_sha, "base": None, "inputs": {}}
-    if index.is_file():  # shards written by ShardWriter: keep them first and append after them
-        existing = json.loads(index.read_text())
-        if (existing["vocab_size"], existing["eos_id"]) != (vocab_size, eos_id):
-            raise BessemerError(f"{out} holds shards of another tokenizer (vocab {existing['vocab_size']}, eos "
-                                f"{existing['eos_id']}; this one: vocab {vocab_size}, eos {eos_id})")
-        state["base"] = {"domains": existing["domains"], "shards": existing["shards"]}
-    return state
-
-
-def _remove_files_of(out: Path, numbers: set[int]) -> None:
-    """Shard files of unfinished tasks (half written, or written after the last commit) and temporaries."""
-    for f in out.iterdir():
-        if f.name.endswith(".tmp"):
-            f.unlink()
-        elif f.name.startswith("shard_") and f.name[6:11].isdigit() and f.name[11:12] == "_" \
-                and int(f.name[6:11]) in numbers:
-            f.unlink()
 
 
 def encode_inputs(tokenizer: str | Path, inputs: str | Path | list[str | Path], out_dir: str | Path,
@@ -267,6 +287,7 @@ def encode_inputs(tokenizer: str | Path, inputs: str | Path | list[str | Path], 
                         ("--buckets", settings.buckets)):
         if value < 1:
             raise BessemerError(f"{name} must be >= 1, got {value}")
+    split = settings.split  # checks the fraction
     if settings.tag_domain and domain is not None:
         _tag_id(tok, domain, str(tok_path))
     sources = list_sources(inputs if isinstance(inputs, list) else [inputs], settings.input_format)
@@ -274,8 +295,8 @@ def encode_inputs(tokenizer: str | Path, inputs: str | Path | list[str | Path], 
     out.mkdir(parents=True, exist_ok=True)
     recorded = {"seed": settings.seed, "buckets": settings.buckets, "shard_tokens": settings.shard_tokens,
                 "tag_domain": settings.tag_domain}
-    state = _load_state(out, tok_sha, tok.get_vocab_size(), eos)
-    result = EncodeResult(out)
+    state = load_state(out, tok_sha, tok.get_vocab_size(), eos, split)
+    result = EncodeResult(out, split=split if split.fraction else None)
     entries = state["inputs"]
     run = 1 + max((e["run"] for e in entries.values()), default=0)
     todo: list[_Task] = []
@@ -297,10 +318,10 @@ def encode_inputs(tokenizer: str | Path, inputs: str | Path | list[str | Path], 
             entry["settings"] = recorded
             todo.append(_Task(entry["task"], src))
     if not todo:
-        _write_index(out, tok, eos, tok_path, state)
+        result.warnings = write_indexes(out, tok.get_vocab_size(), eos, str(tok_path), state, split)
         return result
 
-    _remove_files_of(out, {t.number for t in todo})
+    remove_files_of(out, {t.number for t in todo})
     data_io.write_json(str(out / PROGRESS), state)
     s = _Settings(str(tok_path), tok_sha, str(out), settings)
     bar = _progress_bar(sum(entries[t.source.file.url]["size"] for t in todo)) \
@@ -310,9 +331,13 @@ def encode_inputs(tokenizer: str | Path, inputs: str | Path | list[str | Path], 
     def commit(done: dict) -> None:
         """In the parent, as each task finishes (in completion order): record it and rewrite the progress file."""
         entry = entries[by_number[done["task"]].source.file.url]
-        entry.update(complete=True, shards=done["shards"], docs=done["docs"], tokens=done["tokens"])
+        entry.update(complete=True, shards=done["shards"], heldout_shards=done["heldout_shards"],
+                     docs=done["docs"], tokens=done["tokens"], per_domain=done["per_domain"])
         result.docs += done["docs"]
         result.tokens += done["tokens"]
+        result.heldout_docs += done["heldout_docs"]
+        result.heldout_tokens += done["heldout_tokens"]
+        heldout.merge(result.per_domain, done["per_domain"])
         result.files_done += 1
         result.bad.merge(BadRecords(dict(done["bad"]["counts"]), list(done["bad"]["examples"])))
         data_io.write_json(str(out / PROGRESS), state)
@@ -328,13 +353,17 @@ def encode_inputs(tokenizer: str | Path, inputs: str | Path | list[str | Path], 
     finally:
         if bar is not None:
             bar.stop()
-    if not _all_shards(state):
+    if not all_shards(state):  # nothing to train on in the whole directory: leave no trace of this run
         (out / PROGRESS).unlink(missing_ok=True)
+        shutil.rmtree(out / HELDOUT_DIR, ignore_errors=True)
         if not any(out.iterdir()):
             out.rmdir()
-        raise BessemerError(f"no documents in {', '.join(t.source.file.url for t in todo)}"
-                            + (f"; {result.bad.summary()}" if result.bad.total else ""))
-    _write_index(out, tok, eos, tok_path, state)
+        where = ", ".join(t.source.file.url for t in todo)
+        if result.heldout_docs:
+            raise BessemerError(f"all {result.heldout_docs} documents of {where} went to the held-out split "
+                                f"({HeldoutSplit.describe(split.record())}); lower --heldout or add documents")
+        raise BessemerError(f"no documents in {where}" + (f"; {result.bad.summary()}" if result.bad.total else ""))
+    result.warnings = write_indexes(out, tok.get_vocab_size(), eos, str(tok_path), state, split)
     return result
 
 
@@ -351,24 +380,6 @@ def _one_thread_per_worker() -> Iterator[None]:
             os.environ.pop("TOKENIZERS_PARALLELISM", None)
         else:
             os.environ["TOKENIZERS_PARALLELISM"] = env
-
-
-def _all_shards(state: dict) -> list[dict]:
-    """The index's shard list: shards that were there before this command first, then run by run the complete
-    tasks' shards bucket by bucket (bucket, task, window)."""
-    base = (state["base"] or {}).get("shards", [])
-    done = [(e["run"], sh["bucket"], e["task"], sh["window"], sh) for e in state["inputs"].values() if e["complete"]
-            for sh in e["shards"]]
-    return list(base) + [{k: v for k, v in sh.items() if k not in ("bucket", "window")}
-                         for *_, sh in sorted(done, key=lambda x: x[:4])]
-
-
-def _write_index(out: Path, tok, eos: int, tok_path: Path, state: dict) -> None:
-    shards = _all_shards(state)
-    domains = list((state["base"] or {}).get("domains", []))
-    for sh in shards:
-        domains += [d for d in sh.get("domains", []) if d not in domains]
-    write_index(out, tok.get_vocab_size(), eos, str(tok_path), domains, shards)
 
 
 def _progress_bar(total: int):

@@ -18,7 +18,8 @@ PARTS = 4
 
 
 def files(d) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.name != PROGRESS}
+    """Every file under `d` (the held-out directory's too) but the progress file, by relative path."""
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file() and p.name != PROGRESS}
 
 
 def documents(path) -> list[tuple[tuple[int, ...], str]]:
@@ -73,6 +74,15 @@ def test_the_order_depends_on_the_seed_only(reference, trained, inputs, tmp_path
 def test_two_workers_write_the_same_bytes(reference, trained, inputs, tmp_path):
     encode_inputs(trained["bpe"], inputs, tmp_path / "two", EncodeSettings(shard_tokens=SHARD_TOKENS), workers=2)
     assert files(tmp_path / "two") == files(reference)
+
+
+def test_two_workers_write_the_same_bytes_with_a_heldout_split(trained, inputs, tmp_path):
+    settings = EncodeSettings(shard_tokens=SHARD_TOKENS, heldout=0.2)
+    for workers in (1, 2):
+        encode_inputs(trained["bpe"], inputs, tmp_path / str(workers), settings, workers=workers)
+    one = files(tmp_path / "1")
+    assert any(name.startswith("heldout/shard_") for name in one) and "heldout/index.json" in one
+    assert files(tmp_path / "2") == one
 
 
 @pytest.mark.parametrize("workers", [1, 2])
