@@ -7,11 +7,12 @@ import re
 
 import pytest
 
-from bessemer.tokens.shards import TokenDataset
 from bessemer.errors import BessemerError
 from bessemer.tokenizer import encode
 from bessemer.tokenizer.common import load_tokenizer
-from bessemer.tokenizer.encode import PROGRESS, EncodeSettings, encode_inputs
+from bessemer.tokenizer.encode import EncodeSettings, encode_inputs
+from bessemer.tokenizer.progress import PROGRESS
+from bessemer.tokens.shards import TokenDataset
 
 SHARD_TOKENS = 8_000
 PARTS = 4

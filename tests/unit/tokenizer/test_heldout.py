@@ -189,10 +189,8 @@ def test_a_domain_without_heldout_documents_is_named(trained, tiny, tmp_path):
     src.write_text(json.dumps({"text": lone, "metadata": {"domain": "rare"}}) + "\n")
     out = tmp_path / "shards"
     result = encode_inputs(trained["bpe"], [tiny[0], src], out, EncodeSettings(heldout=0.05))
-    assert [w for w in result.warnings if "'rare'" in w] == [
-        "domain 'rare' has no held-out documents (1 in training, --heldout 0.05): it cannot be validated; raise "
-        "--heldout or add documents"]
-    assert len(result.warnings) == 1
+    assert result.warnings == [("domain 'rare' has no held-out documents (1 in training, --heldout 0.05): it cannot "
+                                "be validated; raise --heldout or add documents")]
     assert "rare" in TokenDataset(out).domains and "rare" not in TokenDataset(out / HELDOUT_DIR).domains
     # A rerun that has nothing to do still says so.
     again = encode_inputs(trained["bpe"], [tiny[0], src], out, EncodeSettings(heldout=0.05))

@@ -92,10 +92,10 @@ from bessemer.cli import main
 tok, shards = {str(tmp_path / 'tok')!r}, {str(tmp_path / 'shards')!r}
 assert main(["tokenizer", "train", "--input", {str(corpus_file)!r}, "--vocab-size", "1000", "--output", tok]) == 0
 assert main(["tokenizer", "encode", "--tokenizer", tok, "--input", {str(corpus_file)!r}, "--output", shards,
-             "--workers", "1"]) == 0
+             "--workers", "1", "--heldout", "0.1"]) == 0
 assert main(["tokenizer", "stats", "--tokenizer", tok, "--input", {str(corpus_file)!r}, "--max-docs", "5"]) == 0
 assert "torch" not in sys.modules, "torch was imported"
 """
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert (tmp_path / "shards" / "index.json").is_file()
+    assert (tmp_path / "shards" / "index.json").is_file() and (tmp_path / "shards" / "heldout" / "index.json").is_file()
