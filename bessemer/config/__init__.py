@@ -10,14 +10,14 @@ from pathlib import Path
 from bessemer.config import engine
 from bessemer.config.engine import all_keys, parse_override, read_toml, split_overrides, to_toml
 from bessemer.config.sections import (DEFAULT_RULES, SAVE_OPS, ActivationCheckpointConfig, CheckpointConfig,
-                                      ColdTierConfig, DataConfig, FaultConfig, Float8Config, GuardConfig, JobConfig,
+                                      ColdTierConfig, DataConfig, EvalConfig, FaultConfig, Float8Config, GuardConfig, JobConfig,
                                       LossScalerConfig, MacroTierConfig, MetricsConfig, MicroTierConfig,
                                       ModelConfig, OffloadConfig, ParallelConfig, PlanConfig, PrecisionConfig,
                                       RunConfig, TrainConfig)
 from bessemer.config.validate import check_data_parallel, validate_job
 
 __all__ = ["DEFAULT_RULES", "SAVE_OPS", "ActivationCheckpointConfig", "CheckpointConfig", "ColdTierConfig",
-           "DataConfig", "FaultConfig", "Float8Config", "GuardConfig", "JobConfig", "LossScalerConfig",
+           "DataConfig", "EvalConfig", "FaultConfig", "Float8Config", "GuardConfig", "JobConfig", "LossScalerConfig",
            "MacroTierConfig", "MetricsConfig", "MicroTierConfig", "ModelConfig", "OffloadConfig", "ParallelConfig",
            "PlanConfig", "PrecisionConfig", "RunConfig", "TrainConfig", "all_keys", "check_data_parallel", "describe",
            "load_config", "parse_override", "read_toml", "split_overrides", "to_toml", "validate_job"]

@@ -1,5 +1,5 @@
 """The job config's sections: one plain dataclass per TOML table (`[run]`, `[model]`, `[data]`, `[train]`,
-`[parallel]`, `[precision]`, `[checkpoint]`, `[fault]`, `[metrics]`, `[plan]`). Every field carries its
+`[parallel]`, `[precision]`, `[checkpoint]`, `[fault]`, `[metrics]`, `[eval]`, `[plan]`). Every field carries its
 documentation (`opt(default, doc)`), which `bessemer train --help` prints; a section's `validate()` checks its
 own fields only — checks that involve two sections are in validate.py. Each component receives only its own
 section.
@@ -53,7 +53,7 @@ class DataConfig:
     reweight: Literal["none", "loss"] = opt("none", "Online reweighting. loss: after every step each domain's "
                                             "weight is multiplied by exp(reweight_eta x (its mean loss - the mean "
                                             "over domains)), floored at reweight_min and renormalized "
-                                            "(exponentiated gradient, as in DoReMi); not with parallel.pp > 1.")
+                                            "(exponentiated gradient, as in DoReMi).")
     reweight_eta: float = opt(0.01, "reweight = loss: step size, per nat of loss above the domains' mean, per step.")
     reweight_min: float = opt(0.01, "reweight = loss: the least weight a domain with a positive weight keeps.")
     tolerance: float = opt(0.02, "Most a domain's share of a global batch's tokens may differ from its weight "
@@ -459,6 +459,26 @@ class MetricsConfig:
 
 
 @dataclass
+class EvalConfig:
+    interval: int = opt(0, "Steps between evaluations on the held-out shards (and eval.tasks), and one at the end "
+                        "of training; 0 = none. Each writes a `validation` event to metrics.jsonl: val_loss and "
+                        "val_perplexity per domain.")
+    paths: list[str] = opt([], "Held-out token shard directories; empty = the heldout/ directory beside data.path "
+                           "and each data.paths (what `bessemer tokenizer encode --heldout` writes).")
+    max_tokens: int = opt(65536, "Tokens scored per domain: the first max_tokens of the domain's held-out stream "
+                          "(every token once, with up to train.seq_len tokens of context), as `bessemer eval` "
+                          "scores a perplexity task over shards with the same max_tokens and domain.")
+    tasks: list[str] = opt([], "Benchmark task files (or directories of them; docs/eval.md) scored every "
+                           "eval.interval steps: acc and acc_norm per task in the validation event.")
+
+    def validate(self) -> None:
+        if self.interval < 0:
+            raise ConfigError(f"eval.interval must be >= 0 (0 = no evaluation), got {self.interval}")
+        if self.max_tokens < 1:
+            raise ConfigError(f"eval.max_tokens must be >= 1, got {self.max_tokens}")
+
+
+@dataclass
 class PlanConfig:
     """What `bessemer plan --emit-config` predicted for this run; informational, the run report compares it with
     what the run measures. Empty (zeros) when the config was not written by the planner."""
@@ -491,4 +511,5 @@ class JobConfig:
                                            "cold tiers.")
     fault: FaultConfig = section(FaultConfig, "Fault injection, for tests and the demo.")
     metrics: MetricsConfig = section(MetricsConfig, "What is logged where.")
+    eval: EvalConfig = section(EvalConfig, "Validation on held-out shards and benchmark tasks during training.")
     plan: PlanConfig = section(PlanConfig, "The planner's prediction for this run (written by bessemer plan).")

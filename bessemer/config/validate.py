@@ -13,14 +13,11 @@ def validate_job(cfg: JobConfig, dp: int | None = None) -> None:
     """Every section's own checks, then the cross-section ones; with `dp` (data-parallel ranks) also that the
     global batch splits over them."""
     for name in ("run", "model", "data", "train", "parallel", "precision", "checkpoint", "fault", "metrics",
-                 "plan"):
+                 "eval", "plan"):
         section = getattr(cfg, name)
         if hasattr(section, "validate"):
             section.validate()
     _check_mixture_batch(cfg.data, cfg.train.global_batch)
-    if cfg.data.reweight == "loss" and cfg.parallel.pp > 1:
-        raise ConfigError("data.reweight = loss needs per-domain losses, which pipeline parallelism "
-                          "(parallel.pp > 1) does not compute; use data.reweight = none there")
     if dp is not None:
         check_data_parallel(cfg.train, dp)
 

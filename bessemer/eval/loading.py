@@ -3,23 +3,34 @@ layout (read through `bessemer ckpt export-hf` into a temporary directory, then 
 
 import json
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from bessemer.errors import BessemerError
-from bessemer.eval.scoring import Encode
+from bessemer.eval.scoring import Encode, score
+
+# A training layout's scorer (eval/layout.py LayoutScorer): requests, progress callback -> log-likelihoods.
+Scorer = Callable[[Sequence[tuple[list[int], list[int]]], Callable[[int], None] | None], list[float]]
 
 
 @dataclass
 class Evaluable:
-    model: torch.nn.Module
+    model: torch.nn.Module | None
     encode: Encode
     prefix_id: int  # conditions a continuation that has no context (lm-eval: BOS, else EOS)
     max_len: int  # tokens the model reads at once
     device: torch.device
     source: str
+    scorer: Scorer | None = None  # set when the model is laid out over ranks (the trainer's); else `model` here
+
+    def score(self, requests: Sequence[tuple[list[int], list[int]]], batch_size: int,
+              progress: Callable[[int], None] | None = None) -> list[float]:
+        if self.scorer is not None:
+            return self.scorer(requests, progress)
+        return score(self.model, requests, batch_size, self.device, progress)
 
 
 def _special(hf_dir: Path, tokenizer, role: str) -> int | None:
@@ -37,7 +48,6 @@ def _special(hf_dir: Path, tokenizer, role: str) -> int | None:
 def load_hf_dir(hf_dir: Path, tokenizer_dir: Path | None = None, device: str | None = None) -> Evaluable:
     from bessemer.checkpoint.hf import load_hf, read_config
     from bessemer.model.llama import build_model
-    from bessemer.tokenizer.common import load_tokenizer
 
     hf_dir = Path(hf_dir)
     config = read_config(hf_dir)
@@ -49,7 +59,15 @@ def load_hf_dir(hf_dir: Path, tokenizer_dir: Path | None = None, device: str | N
     model = build_model(args, max_len, device, seed=0)  # weights overwritten below
     model.load_state_dict({k: v.to(device, torch.float32) for k, v in state.items()})
     model.eval()
-    tok_dir = Path(tokenizer_dir) if tokenizer_dir is not None else hf_dir
+    encode, prefix = tokenizer_encoder(Path(tokenizer_dir) if tokenizer_dir is not None else hf_dir)
+    return Evaluable(model, encode, prefix, max_len, device, str(hf_dir))
+
+
+def tokenizer_encoder(tok_dir: Path) -> tuple[Encode, int]:
+    """The tokenizer of `tok_dir` as an encode function, and the token a context-free continuation is
+    conditioned on (BOS, else EOS)."""
+    from bessemer.tokenizer.common import load_tokenizer
+
     tokenizer = load_tokenizer(tok_dir)
     prefix = _special(tok_dir, tokenizer, "bos")
     prefix = prefix if prefix is not None else _special(tok_dir, tokenizer, "eos")
@@ -60,7 +78,7 @@ def load_hf_dir(hf_dir: Path, tokenizer_dir: Path | None = None, device: str | N
         # The tokenizer's own post-processing (BOS or not) is kept, as transformers' encode() keeps it.
         return tokenizer.encode(text).ids
 
-    return Evaluable(model, encode, prefix, max_len, device, str(hf_dir))
+    return encode, prefix
 
 
 def load_model(path: str | Path, tokenizer_dir: Path | None = None, device: str | None = None) -> Evaluable:

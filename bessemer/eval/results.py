@@ -5,7 +5,7 @@ from collections.abc import Callable
 
 from bessemer.errors import BessemerError
 from bessemer.eval.loading import Evaluable
-from bessemer.eval.scoring import choose, encode_pair, rolling_windows, score, window
+from bessemer.eval.scoring import choose, encode_pair, rolling_windows, window
 from bessemer.eval.tasks import Task, multiple_choice_items, perplexity_texts
 
 SCHEMA_VERSION = 1
@@ -24,7 +24,7 @@ def evaluate_multiple_choice(ev: Evaluable, task: Task, batch_size: int,
             except BessemerError as e:
                 raise BessemerError(f"{task.name}, item {item.id}: {e}") from None
         spans.append((first, len(requests)))
-    lls = score(ev.model, requests, batch_size, ev.device, progress)
+    lls = ev.score(requests, batch_size, progress)
     rows, acc, acc_norm = [], 0, 0
     for item, (a, b) in zip(items, spans):
         pred, pred_norm = choose(lls[a:b], item.choices)
@@ -43,22 +43,38 @@ def evaluate_perplexity(ev: Evaluable, task: Task, batch_size: int,
     stream (no bytes known: the text is gone)."""
     requests, n_bytes = [], None
     if task.shards is not None:
+        from bessemer.tokens.mixture import DomainStream
         from bessemer.tokens.shards import TokenDataset
 
         data = TokenDataset(task.shards)
-        n = min(task.max_tokens + 1, data.stream_len)
-        stream = data.read(0, n).tolist()
-        requests = rolling_windows(stream[1:], stream[0], ev.max_len)
+        if task.domain:
+            data = DomainStream(task.domain, [data])
+        requests = stream_requests(data, task.max_tokens, ev.max_len)
     else:
         texts = perplexity_texts(task)
         n_bytes = sum(len(t.encode("utf-8")) for t in texts)
         for text in texts:
             requests += rolling_windows(ev.encode(text), ev.prefix_id, ev.max_len)
-    lls = score(ev.model, requests, batch_size, ev.device, progress)
-    total, tokens = sum(lls), sum(len(t) for _, t in requests)
+    lls = ev.score(requests, batch_size, progress)
+    nll, tokens = perplexity_of(lls, requests)
     return {"name": task.name, "kind": task.kind, "file": str(task.path), "tokens": tokens,
-            "loglikelihood": total, "perplexity": math.exp(-total / tokens) if tokens else None,
-            "bits_per_byte": -total / (n_bytes * math.log(2)) if n_bytes else None}
+            "loglikelihood": sum(lls), "perplexity": math.exp(nll) if tokens else None,
+            "bits_per_byte": nll * tokens / (n_bytes * math.log(2)) if n_bytes else None}
+
+
+def stream_requests(data, max_tokens: int, max_len: int) -> list[tuple[list[int], list[int]]]:
+    """The first `max_tokens` predicted tokens of a token stream (TokenDataset, DomainStream), its first token
+    as the prefix: each scored once, with up to `max_len` tokens of context (the held-out loss the trainer logs
+    is this, over the same stream)."""
+    n = min(max_tokens + 1, data.stream_len)
+    stream = data.read(0, n).tolist()
+    return rolling_windows(stream[1:], stream[0], max_len)
+
+
+def perplexity_of(lls: list[float], requests: list[tuple[list[int], list[int]]]) -> tuple[float, int]:
+    """(mean negative log-likelihood per token, tokens) of scored requests."""
+    tokens = sum(len(t) for _, t in requests)
+    return (-sum(lls) / tokens if tokens else math.nan), tokens
 
 
 def evaluate(ev: Evaluable, tasks: list[Task], batch_size: int = 8,

@@ -30,6 +30,7 @@ _KEYS = {
     "text": "perplexity: the field holding each document's text (default text)",
     "shards": "perplexity: a token shard directory (index.json) instead of `data`",
     "max_tokens": "perplexity over shards: how many tokens to score (default 1,000,000)",
+    "domain": "perplexity over shards: score only this domain's documents (default: every document, in order)",
     "limit": "score only the first N items (default all)",
 }
 
@@ -62,6 +63,7 @@ class Task:
     text: str = "text"
     shards: Path | None = None
     max_tokens: int = 1_000_000
+    domain: str = ""
     limit: int | None = None
 
 
@@ -88,7 +90,7 @@ def read_task(path: str | Path) -> Task:
     if kind not in KINDS:
         raise BessemerError(f"{path}: kind {kind!r} is not one of {', '.join(KINDS)}")
     task = Task(name=raw.get("name", path.stem), kind=kind, path=path)
-    for key in ("template", "gold", "target_delimiter", "fewshot_delimiter", "description", "id", "text"):
+    for key in ("template", "gold", "target_delimiter", "fewshot_delimiter", "description", "id", "text", "domain"):
         if key in raw:
             if not isinstance(raw[key], str):
                 raise BessemerError(f"{path}: {key} must be a string, got {raw[key]!r}")
@@ -112,6 +114,8 @@ def read_task(path: str | Path) -> Task:
     if (task.data is None) == (task.shards is None) or (task.shards is not None and kind != "perplexity"):
         raise BessemerError(f"{path}: set `data` (a JSONL file){' or `shards`' if kind == 'perplexity' else ''}, "
                             f"exactly one")
+    if task.domain and task.shards is None:
+        raise BessemerError(f"{path}: domain applies to a perplexity task over `shards` only")
     for key in ("data", "fewshot_data", "shards"):
         p = getattr(task, key)
         if p is not None and not p.exists():

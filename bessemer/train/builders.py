@@ -56,6 +56,7 @@ class ModelBuild:
     has_first: bool = True  # pipeline: whether this rank feeds tokens
     has_last: bool = True  # ... and whether it computes the loss
     loss: Callable = loss_fn  # loss_fn, compiled under train.compile
+    pp_samples: list | None = None  # PipelineLoss.per_sample: the last stage's per-sample losses (a mixture)
 
     @property
     def dp_rank(self) -> int:
@@ -91,6 +92,7 @@ def build_model_parts_for(cfg: JobConfig, model_args: ModelArgs, dims: ParallelD
         build.pp_schedule, build.pp_stages = build_schedule(
             parts, stage_ids, num_stages, cfg.parallel.pp_schedule, pp_microbatches,
             dataclasses.replace(pipeline_loss, loss=loss), device, mesh["pp"].get_group())
+        build.pp_samples = pipeline_loss.per_sample
         build.has_first = any(s.is_first for s in build.pp_stages)
         build.has_last = any(s.is_last for s in build.pp_stages)
     return build
@@ -107,13 +109,23 @@ class PipelineLoss:
     accum_steps: int
     pp_microbatches: int
     loss: Callable = loss_fn
+    # A domain mixture: each sample's loss (detached) appended here, in the micro-batch's order, for the step to
+    # add up per domain (the schedule itself returns one mean per pipeline micro-batch).
+    per_sample: list | None = None
 
     def __call__(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return self.loss(logits, targets) * (self.scale() / (self.accum_steps * self.pp_microbatches))
+        if self.per_sample is None:
+            loss = self.loss(logits, targets)
+        else:
+            samples = self.loss(logits, targets, per_sample=True)  # (B,), equal lengths: their mean is the loss
+            self.per_sample.append(samples.detach())
+            loss = samples.mean()
+        return loss * (self.scale() / (self.accum_steps * self.pp_microbatches))
 
 
-def pipeline_loss(scale: Callable[[], float], accum_steps: int, pp_microbatches: int) -> PipelineLoss:
-    return PipelineLoss(scale, accum_steps, pp_microbatches)
+def pipeline_loss(scale: Callable[[], float], accum_steps: int, pp_microbatches: int,
+                  per_sample: list | None = None) -> PipelineLoss:
+    return PipelineLoss(scale, accum_steps, pp_microbatches, per_sample=per_sample)
 
 
 def resolved_config(cfg: JobConfig, model_args: ModelArgs, dims: ParallelDims) -> str:

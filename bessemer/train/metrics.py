@@ -112,6 +112,10 @@ class MetricsLogger:
     def event(self, event: str, step: int, **fields) -> None:
         self._put(self._write, {"event": event, "step": step, "time": round(time.time(), 3), **fields})
 
+    def validation(self, step: int, fields: dict) -> None:
+        """A `validation` event (train/validation.py), and its numbers as TensorBoard scalars."""
+        self._put(self._write_validation, step, fields)
+
     def _put(self, write, *args) -> None:
         if self._error is not None:
             error, self._error = self._error, None
@@ -137,6 +141,15 @@ class MetricsLogger:
                 elif isinstance(value, dict):  # per-domain numbers: one scalar per domain
                     scalars |= {f"train/{key}/{name}": v for name, v in value.items() if isinstance(v, (int, float))}
             self._scalars(scalars, record["step"])
+
+    def _write_validation(self, step: int, fields: dict) -> None:
+        self._write({"event": "validation", "step": step, "time": round(time.time(), 3), **fields})
+        if self._tb is not None:
+            scalars = {f"val/{key.removeprefix('val_')}/{name}": v for key in ("val_loss", "val_perplexity")
+                       for name, v in fields.get(key, {}).items()}
+            scalars |= {f"eval/{task}/{metric}": v for task, scores in fields.get("tasks", {}).items()
+                        for metric, v in scores.items() if isinstance(v, float)}
+            self._scalars(scalars, step)
 
     def _write_telemetry(self, step: int, sample: dict) -> None:
         self._write({"event": "telemetry", "step": step, **sample})

@@ -102,7 +102,8 @@ class TrainStep:
     def forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor,
                          domain_losses: DomainLosses | None = None) -> torch.Tensor | None:
         """Forward and backward of one micro-batch; returns its mean loss where this rank computes it. With
-        `domain_losses` (a mixture, without pipeline parallelism) each sample's loss is added to its domain's."""
+        `domain_losses` (a mixture) each sample's loss is added to its domain's (under pipeline parallelism from
+        the last stage, where the schedule's loss left them: PipelineLoss.per_sample)."""
         accum, build = self.loader.accum_steps, self.build
         with self.loss_context():
             if build.pp_schedule is not None:
@@ -110,7 +111,16 @@ class TrainStep:
                 args = (inputs,) if build.has_first else ()
                 with self.compute():
                     build.pp_schedule.step(*args, target=targets if build.has_last else None, losses=losses)
-                return torch.stack(losses).sum().detach() * accum / self.scaler.scale if build.has_last else None
+                if not build.has_last:
+                    return None
+                if domain_losses is not None:
+                    # The last len(losses) calls are this step's micro-batches (the schedule's first step also
+                    # calls the loss on its own while it prepares the backward).
+                    samples = torch.cat([s.full_tensor() if isinstance(s, DTensor) else s
+                                         for s in build.pp_samples[-len(losses):]])
+                    build.pp_samples.clear()
+                    domain_losses.add(samples, self.loader.last_domains)
+                return torch.stack(losses).sum().detach() * accum / self.scaler.scale
             with self.compute():
                 logits = build.parts[0](inputs)  # (B, T, vocab)
                 # build.loss: builders.loss_fn, compiled under train.compile (as the pipeline schedule's loss is)
@@ -136,8 +146,7 @@ class TrainStep:
         self.optimizers.zero_grad()
         self.guards.start_step(build.parts)
         loss_sum = torch.zeros((), device=self.device)
-        # Per-domain losses need each sample's loss; pipeline schedules only return micro-batch means.
-        domain_losses = DomainLosses(self.loader.domains, self.device) if self.mixture and self.dims.pp == 1 else None
+        domain_losses = DomainLosses(self.loader.domains, self.device) if self.mixture else None
         data_s, t0 = 0.0, time.perf_counter()
         for i in range(self.loader.accum_steps):
             set_final_microbatch(build.parts, i == self.loader.accum_steps - 1)  # HSDP: one all-reduce per step

@@ -38,6 +38,7 @@ from bessemer.train.optim import LRSchedules, Optimizers
 from bessemer.train.reporting import Reporter
 from bessemer.train.state import TrainState
 from bessemer.train.step import TrainStep
+from bessemer.train.validation import Validator, describe
 
 # The doctor's runtime checks on the job's own mesh, handed in by the caller: (mesh spec, seed) -> checks.
 RuntimeChecks = Callable[[dict, int], list]
@@ -69,7 +70,8 @@ class Trainer:
         cold = build_cold(cfg.checkpoint, self.run_dir, self.is_main, self._cold_events)  # before any collective
         self.scaler = LossScaler(cfg.precision.scaler, enabled=cfg.precision.dtype == "fp16", device=self.device)
         self.build = build_model_parts_for(cfg, self.model_args, dims, launch, self.device, pp_microbatches,
-                                           pipeline_loss(lambda: self.scaler.scale, accum_steps, pp_microbatches))
+                                           pipeline_loss(lambda: self.scaler.scale, accum_steps, pp_microbatches,
+                                                         per_sample=[] if cfg.data.domains else None))
         self.model_parts = self.build.parts
         # FSDP2 casts parameters per unit; everywhere else autocast does (precision/policy.py).
         sharded = launch.distributed and uses_fsdp(dims)
@@ -109,6 +111,12 @@ class Trainer:
         tflops, self.peak_source = peak_tflops(cfg.metrics, self.device, self.policy.dtype)
         self.peak_flops = tflops * 1e12 * launch.world_size  # MFU counts every device
         self.step.guards = Guards(cfg.precision.guards, self.reporter.alert, launch.distributed)
+        self.validator = None
+        if cfg.eval.interval:
+            self.validator = Validator(cfg.eval, cfg.data, cfg.train.seq_len, cfg.train.micro_batch, self.step,
+                                       self.model_args.vocab_size,
+                                       holds=not launch.distributed or (self.build.has_last and self.build.tp_rank == 0),
+                                       distributed=launch.distributed, device=self.device)
         if cfg.metrics.runtime_checks and launch.distributed and runtime_checks is not None:
             self._runtime_checks(runtime_checks)
         self._stop_signal: int | None = None
@@ -138,6 +146,13 @@ class Trainer:
         fault = self.cfg.fault
         return (step % self.cfg.metrics.log_interval == 0 or step == self.cfg.train.steps
                 or self.checkpointer.due(step) is not None or (fault.kill_rank >= 0 and step == fault.kill_at_step))
+
+    def validate(self) -> dict:
+        """Held-out loss per domain and the benchmark tasks now ([eval]), as a `validation` event."""
+        record = self.validator()
+        self.reporter.metrics.validation(self.state.step, record)
+        self.reporter.console.print(f"step {self.state.step}: {describe(record)}")
+        return record
 
     def save(self, tier: str) -> None:
         self.cadence.save(tier)
@@ -189,6 +204,8 @@ class Trainer:
                         if stop is not None:
                             cadence.stop()
                             raise TrainingInterrupted(stop, step)
+                    if self.validator is not None and self.validator.due(step, cfg.train.steps):
+                        self.validate()
                     cadence.save_if_due()
                     self.fault.after_step(step)
                 cadence.finish()

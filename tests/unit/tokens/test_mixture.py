@@ -273,8 +273,6 @@ def test_resolved_toml_round_trips_an_empty_and_a_quoted_table(tmp_path):
     (["--data.domains=web:0.5,code:0.3,zh:0.2"], ("data.tolerance 0.02 cannot be met with train.global_batch 8: "
                                                   "a domain's share moves in steps of 1/8")),
     (["--data.domains=web:0.5,code:0.5", "--data.reweight=loss"], "needs train.global_batch >= 1 / tolerance = 50"),
-    (["--data.domains=web:0.5,code:0.5", "--data.reweight=loss", "--data.tolerance=0.2", "--parallel.pp=2"],
-     "data.reweight = loss needs per-domain losses"),
 ])
 def test_mixture_config_errors(overrides, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
