@@ -35,8 +35,10 @@ def _smooth(values: list[float], window: int) -> list[float]:
     return out
 
 
-def _plot(path: Path, steps: list[int], series: dict[str, list[float]], ylabel: str, title: str,
-          markers: list[tuple[int, str]] = ()) -> None:
+def _plot(path: Path, steps: list[int], series: dict[str, list[float] | tuple[list[int], list[float]]], ylabel: str,
+          title: str, markers: list[tuple[int, str]] = ()) -> None:
+    """Lines over `steps`; a series given as (its own steps, values) is drawn as points joined by a dashed line
+    (e.g. evaluations every N steps beside the per-step training numbers)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -44,7 +46,10 @@ def _plot(path: Path, steps: list[int], series: dict[str, list[float]], ylabel: 
 
     fig, ax = plt.subplots(figsize=(7, 3.6), dpi=110)
     for label, values in series.items():
-        ax.plot(steps, values, label=label, linewidth=1.2)
+        if isinstance(values, tuple):
+            ax.plot(*values, label=label, linewidth=1.2, linestyle="--", marker="o", markersize=3)
+        else:
+            ax.plot(steps, values, label=label, linewidth=1.2)
     for step, label in markers:  # e.g. an automatic restart: where training resumed
         ax.axvline(step, color="tab:red", linestyle="--", linewidth=1)
         ax.annotate(label, (step, 1), xycoords=("data", "axes fraction"), xytext=(3, -12),
@@ -115,13 +120,68 @@ def _mixture_section(records: list[dict], out: Path) -> str:
               "cross-entropy (nats/token)", "loss per domain")
         loss_plot = '<img src="domain_loss.png" alt="loss per domain per step">'
     else:
-        loss_plot = "<p>No per-domain loss (not computed under pipeline parallelism).</p>"
+        loss_plot = "<p>No per-domain loss in this run's records.</p>"
     return (f"<h2>Data mixture</h2><p>Each global batch's share of tokens per domain against its target weight "
             f"(the mean of the weights over the steps, which a schedule or reweighting may change). Passes over a "
             f"domain's data above 1 mean it was exhausted and upsampled.</p>"
             f"<table><tr><th>domain</th><th>target weight</th><th>mean share</th><th>min share</th>"
             f"<th>max share</th><th>max |share - weight|</th><th>passes over its data</th></tr>{table}</table>"
             f'<img src="mixture.png" alt="token share per domain per step">{loss_plot}')
+
+
+def _validation_section(records: list[dict], events: list[dict], out: Path) -> str:
+    """"Held-out evaluation": the held-out loss per domain beside the training loss (per domain where the run
+    logged it), and the benchmark scores over the steps ([eval], train/validation.py)."""
+    evals = [e for e in events if e["event"] == "validation"]
+    if not evals:
+        return ""
+    evals = list({e["step"]: e for e in evals}.values())  # a resumed run: the latest evaluation of a step wins
+    domains = list(dict.fromkeys(d for e in evals for d in e.get("val_loss", {})))
+    steps = [r["step"] for r in records]
+    series: dict = {}
+    for d in domains:
+        if any(d in r.get("domain_loss", {}) for r in records):
+            series[f"train {d}"] = [r.get("domain_loss", {}).get(d, float("nan")) for r in records]
+        at = [e for e in evals if d in e.get("val_loss", {})]
+        series[f"held-out {d}"] = ([e["step"] for e in at], [e["val_loss"][d] for e in at])
+    if not any(k.startswith("train ") for k in series):
+        series = {"train (all domains)": [r["loss"] for r in records], **series}
+    parts = []
+    if domains:
+        _plot(out / "validation.png", steps, series, "cross-entropy (nats/token)", "training vs held-out loss")
+        by_step = {r["step"]: r for r in records}
+        first, last = evals[0], evals[-1]
+        rows = "\n".join(
+            f"<tr><td>{html.escape(d)}</td><td>{last.get('val_tokens', {}).get(d, '')}</td>"
+            f"<td>{_num(first.get('val_loss', {}).get(d))}</td><td>{_num(last.get('val_loss', {}).get(d))}</td>"
+            f"<td>{_num(last.get('val_perplexity', {}).get(d), '.2f')}</td>"
+            f"<td>{_num(by_step.get(last['step'], {}).get('domain_loss', {}).get(d))}</td></tr>" for d in domains)
+        parts.append(f"<p>Loss on the held-out shards per domain, every eval.interval steps and at the end (steps "
+                     f"{first['step']} to {last['step']}), beside the training loss.</p>"
+                     f"<table><tr><th>domain</th><th>tokens scored</th><th>held-out loss, step {first['step']}</th>"
+                     f"<th>held-out loss, step {last['step']}</th><th>perplexity</th>"
+                     f"<th>training loss, step {last['step']}</th></tr>{rows}</table>"
+                     f'<img src="validation.png" alt="training and held-out loss per domain">')
+    tasks = list(dict.fromkeys(t for e in evals for t in e.get("tasks", {})))
+    if tasks:
+        metric = {t: ("acc" if any("acc" in e.get("tasks", {}).get(t, {}) for e in evals) else "perplexity")
+                  for t in tasks}
+        head = "".join(f"<th>{html.escape(t)} {metric[t]}</th>" for t in tasks)
+        body = "\n".join("<tr><td>" + str(e["step"]) + "</td>" + "".join(
+            f"<td>{_num(e.get('tasks', {}).get(t, {}).get(metric[t]))}</td>" for t in tasks) + "</tr>" for e in evals)
+        accs = {t: ([e["step"] for e in evals if t in e.get("tasks", {})],
+                    [e["tasks"][t][metric[t]] for e in evals if t in e.get("tasks", {})])
+                for t in tasks if metric[t] == "acc"}
+        if accs:
+            _plot(out / "tasks.png", [], accs, "accuracy", "benchmark accuracy (eval.tasks)")
+        parts.append(f"<p>Benchmark tasks scored in the training layout (eval.tasks).</p>"
+                     f"<table><tr><th>step</th>{head}</tr>{body}</table>"
+                     + ('<img src="tasks.png" alt="benchmark accuracy per evaluation">' if accs else ""))
+    return "<h2>Held-out evaluation</h2>" + "".join(parts)
+
+
+def _num(x, fmt: str = ".4f") -> str:
+    return "" if x is None else format(x, fmt)
 
 
 CURATED = "curated"  # where `bessemer demo` writes its curation output, under the run directory
@@ -274,6 +334,7 @@ pre{{background:#f4f4f4;padding:1em}}</style></head><body>
 {alert_section}
 <h2>Loss</h2><img src="loss.png" alt="training loss per step">
 <h2>Throughput</h2><img src="throughput.png" alt="tokens per second per step">
+{_validation_section(records, events, out)}
 {_mixture_section(records, out)}
 {_logs_section(run_dir)}
 <h2>Resolved config</h2><pre>{html.escape(config, quote=False)}</pre>

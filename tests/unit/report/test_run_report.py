@@ -46,3 +46,20 @@ def test_report_shows_the_data_mixture(tmp_path):
     assert "".join(f"<td>{c}</td>" for c in row) in html
     for png in ("mixture.png", "domain_loss.png"):
         assert (tmp_path / "report" / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_report_shows_held_out_loss_and_task_scores(tmp_path):
+    lines = [{"step": s, "loss": 3.0 - 0.1 * s, "lr": 1e-3, "grad_norm": 1.0, "tokens_per_s": 10.0, "mfu": 0.1,
+              "step_time_s": 0.5, "domain_loss": {"web": 2.5, "zh": 3.5}} for s in range(1, 11)]
+    for step, (web, zh) in ((5, (2.7, 3.9)), (10, (2.4, 3.6))):
+        lines.append({"event": "validation", "step": step, "val_loss": {"web": web, "zh": zh},
+                      "val_perplexity": {"web": 2.0 ** web, "zh": 2.0 ** zh}, "val_tokens": {"web": 4096, "zh": 1000},
+                      "tasks": {"arc": {"acc": 0.25 + step / 100, "acc_norm": 0.3, "n": 40}}, "seconds": 1.0})
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    html = build_report(tmp_path).read_text()
+    assert "<h2>Held-out evaluation</h2>" in html
+    row = ["web", "4096", "2.7000", "2.4000", f"{2.0 ** 2.4:.2f}", "2.5000"]
+    assert "".join(f"<td>{c}</td>" for c in row) in html
+    assert "<tr><td>10</td><td>0.3500</td></tr>" in html  # arc's accuracy at step 10
+    for png in ("validation.png", "tasks.png"):
+        assert (tmp_path / "report" / png).read_bytes()[:4] == b"\x89PNG"
