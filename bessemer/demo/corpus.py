@@ -114,12 +114,14 @@ def read_curated(out_dir: str | Path) -> list[dict]:
 
 
 def build_token_data(out_dir: str | Path, vocab_size: int, code_bytes: int = 2_000_000,
-                     prose_bytes: int = 1_000_000, seed: int = 0, docs: list[dict] | None = None) -> Path:
+                     prose_bytes: int = 1_000_000, seed: int = 0, docs: list[dict] | None = None,
+                     heldout: float = 0.0) -> Path:
     """Documents (`docs`, e.g. the curated ones; default: the clean corpus) -> byte-level BPE tokenizer ->
     token shards, all under `out_dir`; returns the shard directory.
 
     The shards are written by `bessemer tokenizer encode`'s code (tokenizer/encode.py), which shuffles the
-    documents with `seed`, so a sequential read mixes the domains.
+    documents with `seed`, so a sequential read mixes the domains. With `heldout` that share of the documents
+    goes to SHARDS/heldout/ instead (what [eval] validates on).
     """
     from bessemer.tokenizer.encode import EncodeSettings, encode_inputs
     from bessemer.tokenizer.train import train_tokenizer
@@ -138,6 +140,6 @@ def build_token_data(out_dir: str | Path, vocab_size: int, code_bytes: int = 2_0
     with open(source, "w", encoding="utf-8") as f:
         f.writelines(json.dumps({"text": d["text"], "metadata": {"domain": d["metadata"]["domain"]}},
                                 ensure_ascii=False) + "\n" for d in docs)
-    encode_inputs(tokenizer, source, out_dir / "shards", EncodeSettings(seed=seed))
+    encode_inputs(tokenizer, source, out_dir / "shards", EncodeSettings(seed=seed, heldout=heldout))
     source.unlink()
     return out_dir / "shards"

@@ -11,6 +11,7 @@ from bessemer.errors import BessemerError
 REPO = Path(__file__).resolve().parents[2]
 DEMO_CONFIG = REPO / "configs" / "demo.toml"
 MARKER = ".bessemer-demo"
+HELDOUT = 0.05  # share of the curated documents kept out of training for the held-out loss ([eval])
 
 
 def _fresh_dir(run_dir: Path) -> None:
@@ -52,9 +53,11 @@ def run_demo(run_dir: str | Path, overrides: list[str] = ()) -> Path:
     t1 = time.perf_counter()
     vocab = cfg.model.vocab_size or 8192
     print(f"[2/4] curated documents -> byte-level BPE ({vocab} tokens) -> token shards", flush=True)
-    shards = build_token_data(run_dir / "data", vocab, seed=cfg.run.seed, docs=read_curated(run_dir / "curated"))
+    shards = build_token_data(run_dir / "data", vocab, seed=cfg.run.seed, docs=read_curated(run_dir / "curated"),
+                              heldout=HELDOUT)
     cfg.data.path = str(shards)
-    print(f"      done in {time.perf_counter() - t1:.1f} s: {shards}", flush=True)
+    print(f"      done in {time.perf_counter() - t1:.1f} s: {shards} ({HELDOUT:.0%} of the documents held out in "
+          f"{shards / 'heldout'})", flush=True)
 
     nproc = cfg.parallel.world_size
     print(f"[3/4] training model '{cfg.model.name}' for {cfg.train.steps} steps on {nproc} process(es)", flush=True)
@@ -66,8 +69,15 @@ def run_demo(run_dir: str | Path, overrides: list[str] = ()) -> Path:
 
     print("[4/4] report", flush=True)
     report = build_report(run_dir)
-    s = summarize(read_metrics(run_dir / "metrics.jsonl")[0])
+    records, events = read_metrics(run_dir / "metrics.jsonl")
+    s = summarize(records)
     print(f"loss {s['first_loss']:.3f} -> {s['final_loss']:.3f} over {s['steps']} steps, "
           f"{s['mean_tokens_per_s']:,.0f} tokens/s; total {time.perf_counter() - t0:.0f} s")
+    validations = [e for e in events if e["event"] == "validation"]
+    if validations:
+        first, last = validations[0], validations[-1]
+        print("held-out loss per domain: " + ", ".join(
+            f"{d} {first['val_loss'][d]:.3f} (step {first['step']}) -> {v:.3f} (step {last['step']})"
+            for d, v in last["val_loss"].items() if d in first["val_loss"]))
     print(f"report: {report}")
     return report
