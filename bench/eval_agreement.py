@@ -27,10 +27,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bessemer.benchmarks.tasks import read_task  # noqa: E402
 from bessemer.checkpoint.export import export_checkpoint  # noqa: E402
 from bessemer.eval.loading import load_hf_dir  # noqa: E402
 from bessemer.eval.results import evaluate  # noqa: E402
-from bessemer.eval.tasks import read_task  # noqa: E402
 
 
 def lm_eval_run(hf_dir: Path, data: Path, tasks: list[str], limit: int | None, device: str) -> dict:

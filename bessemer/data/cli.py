@@ -15,6 +15,13 @@ from bessemer.errors import BessemerError
 
 FORMATS = ("jsonl.zst", "jsonl", "parquet")
 INPUT_FORMATS = ("jsonl", "parquet", "text", "warc")
+# Step arguments with a flag of their own (every other one goes through --option KEY=VALUE): flag -> argparse
+# settings; `dest` is the step's argument.
+STEP_FLAGS: dict[str, dict[str, dict]] = {
+    "decontaminate": {"--tasks": {"dest": "tasks", "nargs": "+", "required": True, "metavar": "TASK",
+                                  "help": "benchmark task files (TOML, as `bessemer eval` reads them) or directories "
+                                          "of them"}},
+}
 
 
 def available_steps() -> list[str]:
@@ -92,6 +99,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="a step argument (value read as TOML: 3, true, \"x\", [\"a\"]; else a string); "
                              "repeatable")
         st.add_argument("--no-report", action="store_true", help="don't write OUT/report/index.html")
+        for flag, settings in STEP_FLAGS.get(name, {}).items():
+            st.add_argument(flag, **settings)
 
 
 def parse_option(text: str) -> tuple[str, object]:
@@ -112,6 +121,8 @@ def step_pipeline(args: argparse.Namespace):
     from bessemer.data.pipeline_toml import Pipeline
 
     spec: dict = {"name": args.data_command}
+    for settings in STEP_FLAGS.get(args.data_command, {}).values():
+        spec[settings["dest"]] = getattr(args, settings["dest"])
     for text in args.option:
         key, value = parse_option(text)
         spec[key] = value
@@ -140,7 +151,9 @@ def print_stats(stats: dict, title: str = "") -> None:
     for col in ("step", "docs in", "docs out", "bytes out", "rejected", "seconds"):
         table.add_column(col, justify="left" if col in ("step", "rejected") else "right")
     for st in stats.get("steps", []):
-        reasons = "\n".join(f"{reason}: {n:,}" for reason, n in st["rejected"].items()) or "-"
+        reasons = "\n".join([f"{reason}: {n:,}" for reason, n in st["rejected"].items()]
+                            + [f"{reason}: {n:,} parts cut" for reason, n in st.get("extra", {}).get("cut", {}).items()]
+                            ) or "-"
         table.add_row(st["name"], f"{st['docs_in']:,}", f"{st['docs_out']:,}", _fmt_bytes(st["bytes_out"]),
                       reasons, f"{st['seconds']:.2f}")
     console = Console(width=max(100, Console().width))

@@ -4,6 +4,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 REASON = "reason"  # metadata key of a rejected document's namespaced reason
+CUT_FROM = "cut_from"  # metadata key of a part cut out of a kept document: that document's id
 
 
 @dataclass

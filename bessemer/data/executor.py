@@ -23,7 +23,7 @@ from dataclasses import asdict
 from typing import Self
 
 from bessemer.data import io
-from bessemer.data.document import REASON, Document
+from bessemer.data.document import CUT_FROM, REASON, Document
 from bessemer.data.pipeline_toml import Pipeline
 from bessemer.data.readers import InputFile, file_size, read_file
 from bessemer.data.sink import Sink
@@ -67,9 +67,12 @@ def _count(docs: Iterable[Document], stats: StepStats, reject: Reject | None = N
 
 
 def _sink(stats: StepStats, rejected: Sink) -> Reject:
-    """The reject callback of one stage: count the document by its reason, write it to the exclusion sink."""
+    """The reject callback of one stage: count the document by its reason, write it to the exclusion sink. A
+    part cut out of a kept document (`cut_from`: bessemer/data/steps.py) is written, not counted: its document
+    went on."""
     def on_reject(doc: Document) -> None:
-        stats.rejected[str(doc.metadata[REASON])] += 1
+        if CUT_FROM not in doc.metadata:
+            stats.rejected[str(doc.metadata[REASON])] += 1
         rejected.write(doc)
 
     return on_reject

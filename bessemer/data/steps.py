@@ -13,8 +13,13 @@ The contract (what a pipeline executor can rely on):
   are appended to `step.rejected`: fine for tests and small runs; an executor passes a callback (writing
   to the exclusion sink) so nothing accumulates in memory.
 - Every document comes out exactly once, kept or rejected: the executor checks it (conservation).
+- A step that keeps a document but cuts part of its text out (`decontaminate` with `action = "cut"`) may hand
+  each removed part to `reject` as a record of its own (`Step.cut`): its text is the part, its reason the
+  step's, `metadata["cut_from"]` the kept document's id. The executor writes it to the exclusion sink and does
+  not count it as a document (the document went on); the step counts it in `stats()["cut"]`.
 - `step.stats()` is a JSON-ready dict, merged into stats.json; the base class's has at least `docs_in`,
-  `docs_out` and `rejected` (count per reason); counters accumulate across `run` calls on the same instance.
+  `docs_out` and `rejected` (count per reason), and `cut` (parts per reason) once it has cut any; counters
+  accumulate across `run` calls on the same instance.
 - A *global* step (class attribute `global_step = True`, e.g. `dedup`) must see every shard at once; in a
   pipeline with several shards the executor calls its `run_global` instead (bessemer/data/phases.py).
 
@@ -28,7 +33,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from bessemer.data.document import REASON, Document, mark_rejected
+from bessemer.data.document import CUT_FROM, REASON, Document, mark_rejected
 from bessemer.errors import ConfigError
 
 Reject = Callable[[Document], None]
@@ -46,6 +51,7 @@ class Step:
         self.docs_in = 0
         self.docs_out = 0
         self.rejected_by_reason: Counter[str] = Counter()
+        self.cut_by_reason: Counter[str] = Counter()
 
     def process(self, doc: Document) -> str | None:
         raise NotImplementedError
@@ -60,6 +66,19 @@ class Step:
         else:
             callback(doc)
 
+    def cut(self, doc: Document, start: int, end: int, reason: str, callback: Reject | None = None,
+            **detail: Any) -> None:
+        """Hand `doc.text[start:end]`, about to be cut out of the kept `doc`, to the callback (or `self.rejected`)
+        as a record of its own with the reason `name.reason` and `detail` in its metadata (module doc)."""
+        part = Document(f"{doc.id}#{start}-{end}", doc.text[start:end], {CUT_FROM: doc.id, "span": [start, end]})
+        mark_rejected(part, f"{self.name}.{reason}", **detail)
+        self.cut_by_reason[part.metadata[REASON]] += 1
+        callback = callback or self._reject
+        if callback is None:
+            self.rejected.append(part)
+        else:
+            callback(part)
+
     def run(
         self, docs: Iterable[Document], rank: int = 0, world_size: int = 1, reject: Reject | None = None
     ) -> Iterator[Document]:
@@ -73,11 +92,14 @@ class Step:
                 self.reject(doc, reason, reject)
 
     def stats(self) -> dict:
-        return {
+        out = {
             "docs_in": self.docs_in,
             "docs_out": self.docs_out,
             "rejected": dict(sorted(self.rejected_by_reason.items())),
         }
+        if self.cut_by_reason:
+            out["cut"] = dict(sorted(self.cut_by_reason.items()))
+        return out
 
 
 # Step name -> class, or "module:Class" so that registering costs no import (the PII step loads jieba).
@@ -90,6 +112,7 @@ STEPS: dict[str, type | str] = {
     "lang": "bessemer.data.text.lang:LangStep",
     "dedup": "bessemer.data.dedup.lexical:DedupStep",
     "semantic-dedup": "bessemer.data.dedup.semantic:SemanticDedupStep",
+    "decontaminate": "bessemer.data.decont.step:DecontaminateStep",
 }
 
 

@@ -93,12 +93,24 @@ def curate(raw_dir: str | Path, out_dir: str | Path, pipeline_file: str | Path =
     """Run the demo's curation pipeline (configs/demo_pipeline.toml) from `raw_dir` into `out_dir` (kept
     shards, `rejected/`, `stats.json`); returns the stats."""
     from bessemer.data.phases import run_pipeline
-    from bessemer.data.pipeline_toml import load_pipeline
 
-    pipeline = load_pipeline(pipeline_file)
-    pipeline.input.paths = [str(raw_dir)]
-    pipeline.output.dir, pipeline.output.rejected = str(out_dir), ""
-    return run_pipeline(pipeline, progress=False)
+    return run_pipeline(demo_pipeline(raw_dir, out_dir, pipeline_file), progress=False)
+
+
+def demo_pipeline(raw_dir: str | Path, out_dir: str | Path, pipeline_file: str | Path = PIPELINE_FILE):
+    """The demo's pipeline, reading `raw_dir` and writing `out_dir`, its decontaminate step pointed at the
+    benchmark in this package (bench/), wherever the demo runs from."""
+    from bessemer.config import read_toml
+    from bessemer.data.pipeline_toml import Pipeline
+    from bessemer.demo.planted import BENCH_DIR
+
+    raw = read_toml(pipeline_file, "pipeline")
+    raw["input"] = {**raw.get("input", {}), "paths": [str(raw_dir)]}
+    raw["output"] = {**raw.get("output", {}), "dir": str(out_dir), "rejected": ""}
+    for step in raw.get("steps", []):
+        if step.get("name") == "decontaminate":
+            step["tasks"] = [str(BENCH_DIR)]
+    return Pipeline.from_dict(raw, where=str(pipeline_file))
 
 
 def read_curated(out_dir: str | Path) -> list[dict]:

@@ -9,6 +9,7 @@ planted deterministically from the seed so that the demo can show (and its test 
 | template junk | download/welcome lines, cookie banners, keyword stuffing | `quality.*` |
 | JavaScript-only pages | SPA shells, script-only bodies (HTML) | `extract.js_rendered` |
 | HTML articles | real prose inside navigation and footer (HTML) | kept: `extract` keeps the text |
+| benchmark items | bench/'s items, each once: alone, or quoted inside a prose document | `decontaminate` |
 
 Each domain is one input file, and a copy lands in its original's file, so dedup catches it whether it runs
 across shards or within one.
@@ -24,7 +25,8 @@ import random
 from pathlib import Path
 
 PII_MANIFEST = "planted_pii.json"
-PLANTED_KINDS = ("exact_duplicate", "near_duplicate", "pii", "junk", "js_only", "html_article")
+PLANTED_KINDS = ("exact_duplicate", "near_duplicate", "pii", "junk", "js_only", "html_article", "benchmark")
+BENCH_DIR = Path(__file__).with_name("bench")  # the demo's benchmark task files (the decontaminate step's)
 
 
 def resident_id(rng: random.Random) -> str:
@@ -122,6 +124,38 @@ def _article_texts(n: int) -> list[tuple[str, str]]:
     return found
 
 
+def benchmark_passages() -> list[tuple[str, str, str, str]]:
+    """(benchmark, item id, the item as its benchmark prints it, the item as prose quotes it: its fields alone)
+    for every item of the task files in bench/."""
+    from bessemer.benchmarks.tasks import expand
+    from bessemer.data.decont.index import item_texts
+
+    return [(task.name, item, texts[0], texts[-1]) for task in expand([BENCH_DIR])
+            for item, texts in item_texts(task)]
+
+
+def _plant_benchmark(out: list[dict], taken: set[str], rng: random.Random) -> list[dict]:
+    """Every benchmark item once: the even ones alone (new documents), the odd ones quoted at a line boundary of
+    a prose document of their language that no other planted problem touches (`taken`)."""
+    hosts = {domain: [d for d in out if d["metadata"]["domain"] == domain and len(d["text"]) > 100
+                      and "planted" not in d["metadata"] and d["id"] not in taken]
+             for domain in ("prose_en", "prose_zh")}
+    new = []
+    for k, (bench, item, printed, quoted) in enumerate(benchmark_passages()):
+        domain = "prose_zh" if bench == "demo_zh" else "prose_en"
+        meta = {"planted": "benchmark", "benchmark": bench, "item": item}
+        if k % 2 == 0:
+            new.append({"id": f"web/benchmark/{k:03d}", "text": printed,
+                        "metadata": {"domain": domain, "source": "planted", **meta, "passage": printed}})
+        else:
+            host = hosts[domain].pop(rng.randrange(len(hosts[domain])))
+            lines = host["text"].split("\n")
+            lines.insert(rng.randint(1, len(lines)), quoted)
+            host["text"] = "\n".join(lines)
+            host["metadata"].update(meta, passage=quoted)
+    return new
+
+
 def plant_problems(docs: list[dict], seed: int = 0, n_dup: int = 12, n_near: int = 12, n_pii: int = 12,
                    n_junk: int = 12, n_js: int = 6, n_html: int = 6) -> list[dict]:
     """The clean `docs` plus planted problems (new documents, and PII written into some of the originals);
@@ -163,6 +197,9 @@ def plant_problems(docs: list[dict], seed: int = 0, n_dup: int = 12, n_near: int
         planted.append(new("js_only", i, _js_page(rng, i), "prose_en", format="html"))
     for i, (title, text) in enumerate(_article_texts(n_html)):
         planted.append(new("html_article", i, _html_article(title, text), "prose_en", format="html"))
+    # Last, from a generator of its own: the problems above are the same with or without it.
+    taken = {d["metadata"]["copy_of"] for d in planted if "copy_of" in d["metadata"]}
+    planted += _plant_benchmark(out, taken, random.Random(seed + 1))
     return out + planted
 
 

@@ -24,6 +24,17 @@ def _fresh_dir(run_dir: Path) -> None:
     (run_dir / MARKER).write_text("made by bessemer demo; rerunning the demo replaces this directory\n")
 
 
+def benchmark_hits(step: dict) -> str:
+    """The decontaminate step's line: documents hit per benchmark, dropped or cut, against the items planted."""
+    from bessemer.demo.planted import benchmark_passages
+
+    extra = step["extra"]
+    found = [f"{name} {hits['docs']} documents ({step['rejected'].get(f'decontaminate.{name}', 0)} dropped, "
+             f"{extra.get('cut', {}).get(f'decontaminate.{name}', 0)} cut)"
+             for name, hits in extra["benchmarks"].items()]
+    return f"benchmark items found: {', '.join(found)}; {len(benchmark_passages())} planted"
+
+
 def run_demo(run_dir: str | Path, overrides: list[str] = ()) -> Path:
     from bessemer.demo.corpus import build_raw_corpus, build_token_data, curate, read_curated
     from bessemer.train.launch import train
@@ -40,13 +51,15 @@ def run_demo(run_dir: str | Path, overrides: list[str] = ()) -> Path:
 
     t0 = time.perf_counter()
     print("[1/4] curate: raw corpus (Python's own docs and sources + Chinese prose, with planted duplicates, "
-          "PII, junk and JavaScript-only pages) -> url -> extract -> lang -> normalize -> quality -> pii -> dedup",
-          flush=True)
+          "PII, junk, JavaScript-only pages and benchmark items) -> url -> extract -> lang -> normalize -> "
+          "decontaminate -> quality -> pii -> dedup", flush=True)
     stats = curate(build_raw_corpus(run_dir / "data" / "raw", seed=cfg.run.seed), run_dir / "curated")
     for st in stats["steps"]:
         reasons = ", ".join(f"{r} {n}" for r, n in sorted(st["rejected"].items()))
-        print(f"      {st['name']:<9} {st['docs_in']:>5} in -> {st['docs_out']:>5} out"
+        print(f"      {st['name']:<13} {st['docs_in']:>5} in -> {st['docs_out']:>5} out"
               + (f"  (rejected: {reasons})" if reasons else ""), flush=True)
+        if st["name"] == "decontaminate":
+            print(f"      {'':<13} {benchmark_hits(st)}", flush=True)
     print(f"      {stats['docs_in']} in = {stats['docs_out']} kept + {stats['docs_rejected']} rejected, "
           f"in {time.perf_counter() - t0:.1f} s: {run_dir / 'curated'}", flush=True)
 

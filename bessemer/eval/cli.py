@@ -35,8 +35,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from bessemer.benchmarks.tasks import expand
     from bessemer.errors import BessemerError
-    from bessemer.eval.tasks import expand
 
     tasks = expand(args.tasks)  # task files are checked before any model is loaded
     for task in tasks:

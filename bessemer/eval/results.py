@@ -3,10 +3,10 @@
 import math
 from collections.abc import Callable
 
+from bessemer.benchmarks.tasks import Task, multiple_choice_items, perplexity_texts
 from bessemer.errors import BessemerError
 from bessemer.eval.loading import Evaluable
 from bessemer.eval.scoring import choose, encode_pair, rolling_windows, window
-from bessemer.eval.tasks import Task, multiple_choice_items, perplexity_texts
 
 SCHEMA_VERSION = 1
 

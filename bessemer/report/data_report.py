@@ -35,6 +35,23 @@ def _cell(v) -> str:
     return f"<td>{html.escape(str(v))}</td>"
 
 
+def _benchmark_section(steps: list[dict]) -> str:
+    """Hits per benchmark of every decontaminate step (bessemer/data/decont/step.py), or nothing."""
+    out = []
+    for s in steps:
+        extra = s.get("extra", {})
+        if s["name"] != "decontaminate" or "benchmarks" not in extra:
+            continue
+        rows = "\n".join("<tr>" + "".join(_cell(v) for v in (
+            name, f"{hits['docs']:,}", f"{hits['ngrams']:,}", f"{s['rejected'].get(f'decontaminate.{name}', 0):,}",
+            f"{extra.get('cut', {}).get(f'decontaminate.{name}', 0):,}", extra.get("index", {}).get(name, "")))
+            + "</tr>" for name, hits in extra["benchmarks"].items())
+        out.append(f"<p>{html.escape(extra.get('settings', ''))}; {extra.get('chars_cut', 0):,} characters cut.</p>"
+                   f"<table><tr><th>benchmark</th><th>documents hit</th><th>n-grams matched</th><th>documents "
+                   f"dropped</th><th>parts cut</th><th>index</th></tr>{rows}</table>")
+    return "<h2>Benchmark overlap (decontaminate)</h2>\n" + "\n".join(out) if out else ""
+
+
 def build_data_report(out_dir: str | Path, title: str | None = None) -> Path:
     """Write <out_dir>/report/index.html and docs.png from <out_dir>/stats.json; returns the HTML path.
     `title` defaults to the directory's name."""
@@ -84,6 +101,7 @@ in the step itself, summed over shards.</p>
 <img src="docs.png" alt="documents in and out per step">
 <h2>Rejected by reason</h2>
 {reason_table}
+{_benchmark_section(steps)}
 </body></html>
 """
     (report / "index.html").write_text(page, encoding="utf-8")

@@ -19,7 +19,7 @@ from bessemer.errors import BessemerError
 from bessemer.eval.layout import Forward, LayoutScorer, masked_nll
 from bessemer.eval.loading import Evaluable, tokenizer_encoder
 from bessemer.eval.results import evaluate, perplexity_of, stream_requests
-from bessemer.eval.tasks import expand
+from bessemer.benchmarks.tasks import expand
 from bessemer.tokens.mixture import DomainStream
 from bessemer.tokens.shards import TokenDataset
 from bessemer.train.step import TrainStep

@@ -48,7 +48,7 @@ def _check_curation(run, stdout, html):
     stats = json.loads((run / "curated" / "stats.json").read_text())
     assert stats["conserved"] and stats["docs_in"] == stats["docs_out"] + stats["docs_rejected"]
     steps = {s["name"]: s for s in stats["steps"]}
-    assert list(steps) == ["input", "url", "extract", "lang", "normalize", "quality", "pii", "dedup"]
+    assert list(steps) == ["input", "url", "extract", "lang", "normalize", "decontaminate", "quality", "pii", "dedup"]
     assert steps["extract"]["rejected"] == {"extract.js_rendered": 6}  # the 6 JavaScript-only pages
     assert steps["dedup"]["rejected"]["dedup.exact_duplicate"] >= 6
     assert steps["dedup"]["rejected"]["dedup.near_duplicate"] >= 6
@@ -57,7 +57,7 @@ def _check_curation(run, stdout, html):
     kept = {d["id"]: d for d in read_curated(run / "curated")}
     planted = [d for d in raw if "planted" in d["metadata"]]
     by_kind = {k: [d for d in planted if d["metadata"]["planted"] == k] for k in
-               ("exact_duplicate", "near_duplicate", "pii", "junk", "js_only", "html_article")}
+               ("exact_duplicate", "near_duplicate", "pii", "junk", "js_only", "html_article", "benchmark")}
     assert all(by_kind.values()), {k: len(v) for k, v in by_kind.items()}
     for kind in ("junk", "js_only"):  # every one rejected
         assert not [d["id"] for d in by_kind[kind] if d["id"] in kept], kind
@@ -74,6 +74,11 @@ def _check_curation(run, stdout, html):
     for doc_id, values in planted_pii.items():  # no planted value survives anywhere in the clean output
         assert not [v for v in values.values() if v in clean_text], doc_id
     assert {d["metadata"]["domain"] for d in kept.values()} == {"code", "prose_en", "prose_zh"}
+    for d in by_kind["benchmark"]:  # every planted benchmark item found: dropped alone, cut out of its host
+        assert d["metadata"]["passage"] not in clean_text, d["id"]
+    hits = steps["decontaminate"]["extra"]["benchmarks"]
+    assert sum(h["docs"] for h in hits.values()) == len(by_kind["benchmark"])
+    assert "benchmark items found: demo_qa" in stdout
     assert "<h2>Data curation</h2>" in html and "../curated/report/index.html" in html
     assert (run / "curated" / "report" / "index.html").is_file()
 

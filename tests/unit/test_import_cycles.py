@@ -59,6 +59,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("dtensor", "rng"),  # torch-level helpers: this rank's part of a DTensor; every generator of the process
     ("model",),  # the registry of shapes (no torch) and the model as plain modules; knows no config
     ("config",),  # one dataclass per TOML section, with the rules and arithmetic its validation needs (no torch)
+    ("benchmarks",),  # benchmark task files (TOML over JSONL) read and rendered: eval scores them, data decontaminates
     ("report",),  # HTML reports read from a run's or a curation's files (no torch)
     ("data",),  # curation (no torch)
     ("tokens",),  # token shards, their seeded order, and the loaders (plain and domain mixture) that read them
@@ -66,7 +67,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("precision",),  # numerics: dtype policies, loss scaling, FP8, guards
     ("parallel",),  # the mesh, the one model-build recipe, TP, FSDP, pipelining, recompute, compile
     ("checkpoint",),  # tiers, saves, loads, Hugging Face import/export, `bessemer ckpt`
-    ("eval",),  # benchmark task files, log-likelihood scoring as lm-eval-harness does it, `bessemer eval`
+    ("eval",),  # log-likelihood scoring as lm-eval-harness does it, `bessemer eval`
     ("plan",),  # cluster sizing (no torch)
     ("doctor",),  # host and runtime checks, telemetry (no torch in the host checks)
     ("train",),  # the trainer, its step and builders, the launcher and its supervisor

@@ -4,11 +4,11 @@ import os
 
 import pytest
 
+from bessemer.benchmarks.tasks import read_task
 from bessemer.checkpoint.hf import export_hf
 from bessemer.errors import BessemerError
 from bessemer.eval.loading import load_model
 from bessemer.eval.results import SCHEMA_VERSION, evaluate, format_table
-from bessemer.eval.tasks import read_task
 from bessemer.model.llama import build_model
 from bessemer.model.registry import get_model_args
 

@@ -216,18 +216,23 @@ def _fields(record: dict) -> dict:
     return {k: v for k, v in record.items() if k != "_line"}
 
 
-def perplexity_texts(task: Task) -> list[str]:
+def perplexity_items(task: Task) -> list[tuple[str, str]]:
+    """(id, text) of every document of a perplexity task over `data`."""
     records = read_records(task.data)
     if task.limit is not None:
         records = records[: task.limit]
-    texts = []
+    items = []
     for record in records:
         text = record.get(task.text)
         if not isinstance(text, str):
             raise BessemerError(f"{task.data}:{record['_line']}: field {task.text!r} must hold a string, got "
                                 f"{type(text).__name__}")
-        texts.append(text)
-    return texts
+        items.append((str(record.get(task.id, f"{task.data.name}:{record['_line']}")), text))
+    return items
+
+
+def perplexity_texts(task: Task) -> list[str]:
+    return [text for _, text in perplexity_items(task)]
 
 
 def expand(paths: list[str | Path]) -> list[Task]:

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
+from bessemer.benchmarks.tasks import expand, multiple_choice_items, perplexity_texts, read_task
 from bessemer.errors import BessemerError
-from bessemer.eval.tasks import expand, multiple_choice_items, perplexity_texts, read_task
 
 
 def write(tmp_path, name, text):
