@@ -11,7 +11,7 @@ from bessemer.errors import BessemerError
 REPO = Path(__file__).resolve().parents[2]
 DEMO_CONFIG = REPO / "configs" / "demo.toml"
 MARKER = ".bessemer-demo"
-HELDOUT = 0.05  # share of the curated documents kept out of training for the held-out loss ([eval])
+HELDOUT = 0.1  # share of the curated documents kept out of training for the held-out loss ([eval])
 
 
 def _fresh_dir(run_dir: Path) -> None:
@@ -91,6 +91,7 @@ def run_demo(run_dir: str | Path, overrides: list[str] = ()) -> Path:
         first, last = validations[0], validations[-1]
         print("held-out loss per domain: " + ", ".join(
             f"{d} {first['val_loss'][d]:.3f} (step {first['step']}) -> {v:.3f} (step {last['step']})"
+            if first is not last else f"{d} {v:.3f} (step {last['step']})"
             for d, v in last["val_loss"].items() if d in first["val_loss"]))
     print(f"report: {report}")
     return report

@@ -33,6 +33,12 @@ def test_demo_end_to_end_small(tmp_path):
     assert "<h2>Recovery</h2>" in html and "automatic restarts" in html
     assert 'name = "debug"' in html and "loss.png" in html
     assert "world 2 = pp 2 x dp_replicate 1 x dp_shard 1 x tp 1" in html  # the layout is in the report
+    # The held-out loss of every domain ([eval] interval 40: the last step), in the pipeline layout.
+    validations = [e for e in events if e["event"] == "validation"]
+    assert [e["step"] for e in validations] == [40]
+    assert sorted(validations[0]["val_loss"]) == ["code", "prose_en", "prose_zh"]
+    assert "held-out loss per domain: code" in proc.stdout
+    assert "<h2>Held-out evaluation</h2>" in html and (run / "report" / "validation.png").is_file()
     _check_curation(run, proc.stdout, html)
     # Running it again replaces the demo's own directory (here in one process).
     again = demo("--run-dir", str(run), "--model.name=debug", "--train.steps=2", "--parallel.pp=1",
