@@ -118,7 +118,8 @@ class Checkpointer:
         # An async save runs DCP's collectives in a background thread: on the training loop's group they could
         # pair with the loop's own collectives in a different order on each rank, and NCCL groups cannot run
         # them at all. So async saves get a gloo group of their own (created on every rank, in order).
-        self.async_group = new_group(backend="gloo") if cfg.async_save and self.ranks.distributed else None
+        self.async_group = (new_group(backend="gloo", desc="checkpoint_async")
+                            if cfg.async_save and self.ranks.distributed else None)
         self.stager = make_stager(torch.cuda.is_available()) if cfg.async_save else None  # buffers kept for the run
         self.staging = StagingWait()
         if not self.ranks.distributed:  # distributed, the trainer does this before the process group exists

@@ -140,13 +140,14 @@ def group_timeout():
     return datetime.timedelta(seconds=600.0 if _timeout_s is None else _timeout_s)
 
 
-def new_group(ranks: list[int] | None = None, backend: str | None = None):
+def new_group(ranks: list[int] | None = None, backend: str | None = None, desc: str | None = None):
     """A process group whose collectives fail after parallel.timeout_s, like the default group's: torch gives a
     new group its backend's own default (30 minutes for gloo, 10 for NCCL), not the default group's timeout.
-    Every rank calls it for every group, as torch.distributed.new_group."""
+    Every rank calls it for every group, as torch.distributed.new_group; `desc` names it in flight records and
+    hang dumps."""
     import torch.distributed as dist
 
-    return dist.new_group(ranks, timeout=group_timeout(), backend=backend)
+    return dist.new_group(ranks, timeout=group_timeout(), backend=backend, group_desc=desc)
 
 
 def bound_group(group) -> None:

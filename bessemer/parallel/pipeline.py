@@ -85,7 +85,7 @@ def attach_tied_group(parts: list[nn.Module], ids: list[int], num_stages: int, m
     ranks = mesh.mesh  # (pp, dp_replicate, dp_shard, tp) global ranks
     me, mine = dist.get_rank(), None
     for first, last in zip(ranks[0].flatten().tolist(), ranks[-1].flatten().tolist()):
-        group = new_group([first, last])
+        group = new_group([first, last], desc="tied_embeddings")
         if me in (first, last):
             mine = group
     for part, sid in zip(parts, ids):
