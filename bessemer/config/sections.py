@@ -148,8 +148,9 @@ class ParallelConfig:
     sequence_parallel: bool = opt(False, "With tp > 1: shard norms and residual activations along the sequence.")
     loss_parallel: bool = opt(False, "With tp > 1: keep logits sharded over the vocabulary and compute the loss "
                               "without gathering them.")
-    timeout_s: float = opt(600.0, "Timeout of every collective, in seconds: a rank that waits longer for its peers "
-                           "fails (and, with --max-restarts, the job restarts) instead of hanging.")
+    timeout_s: float = opt(600.0, "Timeout of every collective, on every process group, and of every operation on "
+                           "the rendezvous store, in seconds: a rank that waits longer for its peers fails (and, "
+                           "with --max-restarts, the job restarts) instead of hanging.")
 
     def validate(self) -> None:
         if not self.timeout_s > 0:

@@ -7,8 +7,19 @@ import json
 import subprocess
 import sys
 
-from bessemer.hangs import (Seen, append_hang_event, describe, hang_dir, hang_event, judge, latest_verdict, observe,
-                            read_verdicts, summarize, write_json)
+from bessemer.hangs import (
+    Seen,
+    append_hang_event,
+    describe,
+    hang_dir,
+    hang_event,
+    judge,
+    latest_verdict,
+    observe,
+    read_verdicts,
+    summarize,
+    write_json,
+)
 
 T = 20.0  # the hang timeout of these tests
 
@@ -49,8 +60,8 @@ def test_a_rank_stuck_outside_a_collective_while_the_others_wait_in_one_has_hung
     later = {r: beat(30, 10, {"0": ("default_pg", 44, 43)}, completed=43) for r in (0, 2, 3)}
     later[1] = beat(30, 10, {"0": ("default_pg", 43, 43)}, completed=43,
                     where=("bessemer/train/fault.py:31 _hang", "bessemer/checkpoint/store.py:176 _save_sync"))
-    for r in first:
-        first[r]["progress"] = later[r]["progress"]  # nobody moved in 25 s
+    for r, rec in first.items():
+        rec["progress"] = later[r]["progress"]  # nobody moved in 25 s
     verdict = watch(first, later)
     assert [(c["rank"], c["state"]) for c in verdict["culprits"]] == [(1, "stuck")]
 
@@ -132,11 +143,11 @@ def test_doctor_reads_the_dumps_without_torch(tmp_path):
     code = ("import sys\nfrom bessemer.cli import main\n"
             f"rc = main(['doctor', '--run-dir', {str(tmp_path)!r}])\n"
             "assert 'torch' not in sys.modules, 'torch imported'\nsys.exit(rc)\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 1, proc.stderr  # the run had a hang
     assert "1 hang(s)" in proc.stdout and "rank 2 (hung): no dump" in proc.stdout and describe(verdict) in proc.stdout
     clean = tmp_path / "clean"
     clean.mkdir()
     proc = subprocess.run([sys.executable, "-m", "bessemer.cli", "doctor", "--run-dir", str(clean), "--json"],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0 and json.loads(proc.stdout)["hangs"] == []
