@@ -104,7 +104,11 @@ def judge(records: dict[int, dict], seen: dict[int, Seen], now: float, timeout_s
             out |= {"state": state, "silent_s": round(silent[rank] if state == "stopped" else idle[rank], 1)}
         return out
 
-    return {"timeout_s": timeout_s, "step": min(live[r].get("step", 0) for r in culprits),
+    # The step the job hung at: where the ranks waiting for the hung ones stand (a stopped rank's own step is its
+    # last heartbeat's, up to a period old), else the hung ranks' own.
+    waiting = [r for r in live if r not in culprits]
+    step = min(live[r].get("step", 0) for r in (waiting or culprits))
+    return {"timeout_s": timeout_s, "step": step,
             "culprits": [info(r, state) for r, state in sorted(culprits.items())],
             "waiting": [info(r, None) for r in sorted(live) if r not in culprits]}
 
@@ -141,10 +145,11 @@ def describe(verdict: dict) -> str:
     for c in verdict["culprits"]:
         dump = dumps.get(c["rank"])
         where = (dump or c)["where"]
-        head = f"rank {c['rank']} (host {c['host']}, pid {c['pid']}) hung at step {c['step']}: "
+        head = f"rank {c['rank']} (host {c['host']}, pid {c['pid']}) hung at step {verdict['step']}: "
         inside = [_collective(p, p.get("op") or _op(dumps, p)) for p in (dump or c)["pending"]]
         if c["state"] == "stopped":  # what its last heartbeat said (at most a period before it stopped)
-            text = (f"stopped (no heartbeat for {c['silent_s']:.0f} s), last heartbeat in {_where(where)}"
+            last = f" (step {c['step']})" if c["step"] != verdict["step"] else ""
+            text = (f"stopped (no heartbeat for {c['silent_s']:.0f} s), last heartbeat{last} in {_where(where)}"
                     + (f", inside {', '.join(inside)}" if inside else ""))
         elif c["state"] == "stuck":
             text = f"no progress for {c['silent_s']:.0f} s, not in a collective, in {_where(where)}"

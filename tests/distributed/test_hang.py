@@ -13,6 +13,7 @@ Each ends with the `hang` event in metrics.jsonl, the report's Hangs section and
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -118,7 +119,8 @@ def test_a_stopped_rank_is_found_named_killed_and_the_run_finishes_bitwise(refer
     output = out.read_text()
     line = hang_line(output, rank)
     # Where: the frames of its last heartbeat, and that the job restarted.
-    assert "stopped (no heartbeat for " in line and "last heartbeat in " in line and "bessemer/" in line, line
+    assert re.search(r"hung at step \d+: stopped \(no heartbeat for \d+ s\), last heartbeat( \(step \d+\))? in "
+                     r"\S+:\d+ ", line) and "bessemer/" in line, line
     assert "restarting all 4 ranks from step " in line, line
     verdict = check_after(run, output, reference, rank)
     assert verdict["culprits"][0]["pid"] == pid

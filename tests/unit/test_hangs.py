@@ -40,10 +40,12 @@ def watch(first: dict, later: dict, after: float = T + 5) -> dict | None:
 
 def test_a_rank_whose_heartbeat_stopped_has_hung():
     first = {r: beat(1, 7) for r in range(4)}
-    later = {r: beat(30, 7, {"5": ("mesh_tp", 10, 9)}) for r in (0, 1, 3)} | {2: first[2]}
+    later = {r: beat(30, 8, {"5": ("mesh_tp", 10, 9)}) for r in (0, 1, 3)} | {2: first[2]}
     verdict = watch(first, later)
     assert [(c["rank"], c["state"]) for c in verdict["culprits"]] == [(2, "stopped")]
-    assert verdict["culprits"][0]["silent_s"] == T + 5 and verdict["step"] == 7
+    # The job hung where the waiting ranks stand; the stopped rank's own step is its last heartbeat's.
+    assert verdict["culprits"][0]["silent_s"] == T + 5 and verdict["step"] == 8 and verdict["culprits"][0]["step"] == 7
+    assert "hung at step 8: stopped (no heartbeat for 25 s), last heartbeat (step 7) in " in describe(verdict)
     assert [w["rank"] for w in verdict["waiting"]] == [0, 1, 3]
     assert watch(first, later, after=T - 1) is None  # not yet
 
