@@ -134,7 +134,7 @@ def init_distributed(launch: Launch, device_type: str, timeout_s: float = 600.0,
 
 
 def group_timeout():
-    """parallel.timeout_s as a timedelta (torch's 10 minutes before init_distributed has run)."""
+    """parallel.timeout_s as a timedelta (its default, 600 s, before init_distributed has run)."""
     import datetime
 
     return datetime.timedelta(seconds=600.0 if _timeout_s is None else _timeout_s)

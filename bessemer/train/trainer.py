@@ -147,7 +147,7 @@ class Trainer:
 
     def _flush_due(self, step: int) -> bool:
         """Every rank decides alike: the log interval, the last step, a checkpoint due (its records are on
-        disk before it), an injected kill."""
+        disk before it), an injected kill or hang."""
         fault = self.cfg.fault
         return (step % self.cfg.metrics.log_interval == 0 or step == self.cfg.train.steps
                 or self.checkpointer.due(step) is not None or (fault.kill_rank >= 0 and step == fault.kill_at_step)
@@ -166,7 +166,8 @@ class Trainer:
     def _run_events(self, resumed: tuple | None) -> None:
         if self.attempt:
             # The previous attempt ended in a hang: its verdict, found by the watchdog, becomes its event here.
-            verdict = latest_verdict(self.run_dir, self.attempt - 1, run_id=self.launch.run_id)
+            verdict = (latest_verdict(self.run_dir, self.attempt - 1, run_id=self.launch.run_id) if self.is_main
+                       else None)
             if verdict is not None:
                 step, fields = hang_event(verdict)
                 self.reporter.event("hang", step, **fields)
