@@ -23,7 +23,16 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from bessemer.hangs import HANG_EXIT, VERDICT, Seen, describe, hang_dir, judge, observe, write_json
+from bessemer.hangs import (
+    HANG_EXIT,
+    VERDICT,
+    Seen,
+    describe,
+    hang_dir,
+    judge,
+    observe,
+    write_json,
+)
 from bessemer.parallel.dims import Launch
 
 PERIOD_S = 1.0  # between heartbeats (and judgements)
