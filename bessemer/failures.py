@@ -1,7 +1,8 @@
 """A run's logs read back after a failure: the exception that ended a rank (its log's last traceback line), the
 rank whose failure the others followed, what each attempt did (from metrics.jsonl), and `FailureStory`, which
 turns torchrun's agent output and rank 0's console into one line per failure on the console and a JSON line in
-<run.dir>/logs/failures.jsonl (the report's Recovery section reads them). Beside proc.py, which writes the rank
+<run.dir>/logs/failures.jsonl (the report's Recovery section reads them). An attempt the hang watchdog ended is
+told from its verdict (hangs.py): the hung rank, its host, where it hung. Beside proc.py, which writes the rank
 logs; no torch.
 """
 
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 from typing import IO
 
+from bessemer.hangs import append_hang_event, describe, latest_verdict
 from bessemer.proc import LOGS, describe_exit, launcher_log, rank_log
 
 # torchrun's agent when a worker dies: "... failed (exitcode: -9) local_rank: 3 (pid: 1234) of binary: ..."
@@ -112,6 +114,7 @@ class FailureStory:
         self.since = time.time() - 1.0  # metrics "time" is rounded to the millisecond
         self.failures = 0
         self.pending: dict | None = None  # a failure whose restart has not yet said where it resumed
+        self.final_hang: dict | None = None  # the verdict of a hang that ended the run (no restart to log it)
         self.lock = threading.Lock()
         self.log = open(launcher_log(run_dir), "a", encoding="utf-8")
         self.log.write(f"==== launcher, pid {os.getpid()}, {time.strftime('%Y-%m-%d %H:%M:%S')} ====\n")
@@ -155,6 +158,8 @@ class FailureStory:
                 self._resolve(final=True)
             if status != 0 and not self.final:  # stopped by a signal, or torchrun itself failed
                 self._print(f"torchrun exited with {describe_exit(status)}: see {launcher_log(self.run_dir)}")
+            if self.final_hang is not None:  # every rank has exited: nobody else writes metrics.jsonl now
+                append_hang_event(self.run_dir / "metrics.jsonl", self.final_hang)
             self.log.close()
 
     def _failed(self, rank: int, code: int) -> None:
@@ -169,10 +174,28 @@ class FailureStory:
             when = f"during start-up (at step {info['start']})"
         else:
             when = f"after step {info['last']}"
+        failure, head = self._hang(attempt, code, when) or self._exit(rank, code, attempt, when)
+        source = "as the hang watchdog found it" if "hang" in failure else "as torchrun reports it"
+        with open(rank_log(self.run_dir, failure["rank"]), "a", encoding="utf-8") as log:  # a killed rank could
+            log.write(f"==== {head} ({source}) ====\n")  # not write its own end
+        if self.failures <= self.max_restarts:
+            self.pending = {**failure, "head": head}
+            return
+        left = (f"no restarts left (--max-restarts {self.max_restarts})" if self.max_restarts else
+                "training stopped (--max-restarts 0)")
+        self.exit_code = code if code > 0 and "hang" not in failure else None
+        self.final = True
+        self.final_hang = failure.get("verdict")
+        self._record(failure)
+        self._print(f"{head}; {left}: see {failure['see']} (torchrun's output: {launcher_log(self.run_dir)})")
+
+    def _exit(self, rank: int, code: int, attempt: int, when: str) -> tuple[dict, str]:
+        """A rank that exited: the one torchrun saw, or the root cause among the ranks' logs."""
         reported = rank
         rank, error = root_cause(self.run_dir, rank, code, attempt)
+        log = str(rank_log(self.run_dir, rank))
         failure = {"time": round(time.time(), 3), "rank": rank, "exit": describe_exit(code), "exit_code": code,
-                   "attempt": attempt, "when": when, "log": str(rank_log(self.run_dir, rank))}
+                   "attempt": attempt, "when": when, "log": log, "see": log}
         if error:
             failure["error"] = error if len(error) <= 160 else error[:157] + "..."
         if rank == reported:
@@ -180,17 +203,21 @@ class FailureStory:
         else:  # torchrun saw another rank go first: it had lost its connection to this one
             failure |= {"exit": "failed", "reported_rank": reported}
             head = f"rank {rank} failed ({failure['error']}) {when}"
-        with open(failure["log"], "a", encoding="utf-8") as log:  # a killed rank could not write its own end
-            log.write(f"==== {head} (as torchrun reports it) ====\n")
-        if self.failures <= self.max_restarts:
-            self.pending = {**failure, "head": head}
-            return
-        left = (f"no restarts left (--max-restarts {self.max_restarts})" if self.max_restarts else
-                "training stopped (--max-restarts 0)")
-        self.exit_code = code if code > 0 else None
-        self.final = True
-        self._record(failure)
-        self._print(f"{head}; {left}: see {failure['log']} (torchrun's output: {launcher_log(self.run_dir)})")
+        return failure, head
+
+    def _hang(self, attempt: int, code: int, when: str) -> tuple[dict, str] | None:
+        """An attempt the hang watchdog ended (its verdict written before any rank exited): the hung rank(s),
+        where, and the dumps."""
+        verdict = latest_verdict(self.run_dir, attempt, since=self.since)
+        if verdict is None:
+            return None
+        ranks = [c["rank"] for c in verdict["culprits"]]
+        message = describe(verdict)
+        failure = {"time": round(time.time(), 3), "rank": ranks[0], "ranks": ranks, "exit": "hung",
+                   "exit_code": code, "attempt": attempt, "when": when, "log": str(rank_log(self.run_dir, ranks[0])),
+                   "hang": message if len(message) <= 600 else message[:597] + "...", "see": verdict["dir"],
+                   "verdict": verdict}
+        return failure, f"hang: {message}"
 
     def _resolve(self, final: bool) -> None:
         """Print the pending failure's line with where its restart resumed, once the restarted rank 0 has
@@ -213,11 +240,14 @@ class FailureStory:
         head = failure.pop("head")
         self._record(failure)
         self._print(f"{head}; restarting all {self.nproc} ranks{where}, restart {restart} of {self.max_restarts}: "
-                    f"see {failure['log']}")
+                    f"see {failure['see']}")
 
     def _record(self, failure: dict) -> None:
+        record = {k: v for k, v in failure.items() if k not in ("see", "verdict")}
+        if "verdict" in failure:
+            record["dumps"] = failure["see"]
         with open(self.run_dir / LOGS / "failures.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps(failure) + "\n")
+            f.write(json.dumps(record) + "\n")
 
     def _print(self, text: str) -> None:
         self.log.write(f"[console] {text}\n")

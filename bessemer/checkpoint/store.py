@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
 
 from bessemer import __version__
@@ -52,7 +51,7 @@ from bessemer.checkpoint.staging import StagingWait, async_save, make_stager
 from bessemer.checkpoint.writer import HashingWriter, serialize_state, write_bytes, write_state
 from bessemer.config import CheckpointConfig
 from bessemer.errors import BessemerError
-from bessemer.parallel.dims import Launch
+from bessemer.parallel.dims import Launch, new_group
 
 __all__ = ["ABSURD", "POLL_S", "SHARDED", "Candidate", "CheckpointHooks", "Checkpointer", "ModelParts", "Stateful",
            "clear_tier_leftovers", "config_hash", "owned_dirs", "rank_file"]
@@ -119,7 +118,8 @@ class Checkpointer:
         # An async save runs DCP's collectives in a background thread: on the training loop's group they could
         # pair with the loop's own collectives in a different order on each rank, and NCCL groups cannot run
         # them at all. So async saves get a gloo group of their own (created on every rank, in order).
-        self.async_group = dist.new_group(backend="gloo") if cfg.async_save and self.ranks.distributed else None
+        self.async_group = (new_group(backend="gloo", desc="checkpoint_async")
+                            if cfg.async_save and self.ranks.distributed else None)
         self.stager = make_stager(torch.cuda.is_available()) if cfg.async_save else None  # buffers kept for the run
         self.staging = StagingWait()
         if not self.ranks.distributed:  # distributed, the trainer does this before the process group exists

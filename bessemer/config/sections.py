@@ -148,8 +148,9 @@ class ParallelConfig:
     sequence_parallel: bool = opt(False, "With tp > 1: shard norms and residual activations along the sequence.")
     loss_parallel: bool = opt(False, "With tp > 1: keep logits sharded over the vocabulary and compute the loss "
                               "without gathering them.")
-    timeout_s: float = opt(600.0, "Timeout of every collective, in seconds: a rank that waits longer for its peers "
-                           "fails (and, with --max-restarts, the job restarts) instead of hanging.")
+    timeout_s: float = opt(600.0, "Timeout of every collective, on every process group, and of every operation on "
+                           "the rendezvous store, in seconds: a rank that waits longer for its peers fails (and, "
+                           "with --max-restarts, the job restarts) instead of hanging.")
 
     def validate(self) -> None:
         if not self.timeout_s > 0:
@@ -376,10 +377,21 @@ class CheckpointConfig:
 
 @dataclass
 class FaultConfig:
+    hang_timeout_s: float | Literal["auto"] = opt(
+        "auto", "Hang detection: a rank that makes no progress for this many seconds (no step, no completed "
+        "collective, no file I/O of its training thread; or no heartbeat at all: a stopped process) is a hang: every "
+        "rank dumps its stacks and last collectives to <run.dir>/logs/hang/, the hung rank is killed and the "
+        "attempt ends (--max-restarts restarts it). \"auto\" = max(120 s, 10 x the measured step time), at most "
+        "half of parallel.timeout_s; 0 = off. Watched from the first completed step on.")
     kill_rank: int = opt(-1, "Fault injection: this rank kills itself with SIGKILL (-1 = off). Only in the first "
                          "attempt, so an automatic restart (--max-restarts) recovers.")
     kill_at_step: int = opt(0, "The step after which kill_rank dies (during its save with kill_during_save).")
     kill_during_save: bool = opt(False, "Die halfway through the checkpoint save at kill_at_step instead.")
+    hang_rank: int = opt(-1, "Fault injection: this rank stops making progress for good, its process alive (-1 = "
+                         "off), after step hang_at_step, or inside that step's checkpoint save with "
+                         "hang_during_save (a stuck write). Only in the first attempt.")
+    hang_at_step: int = opt(0, "The step after which hang_rank hangs (during its save with hang_during_save).")
+    hang_during_save: bool = opt(False, "Hang halfway through the checkpoint save at hang_at_step instead.")
     slow_rank: int = opt(-1, "Fault injection: this rank becomes a straggler, sleeping fault.slow_ms at the end of "
                          "every step (-1 = off). In every attempt, restarts included: a slow node stays slow.")
     slow_ms: float = opt(0.0, "Milliseconds slow_rank sleeps per step, after the step's last collective so that "
@@ -388,6 +400,11 @@ class FaultConfig:
     def validate(self) -> None:
         if self.kill_rank >= 0 and self.kill_at_step <= 0:
             raise ConfigError(f"fault.kill_rank = {self.kill_rank} needs fault.kill_at_step > 0")
+        if self.hang_rank >= 0 and self.hang_at_step <= 0:
+            raise ConfigError(f"fault.hang_rank = {self.hang_rank} needs fault.hang_at_step > 0")
+        if self.hang_timeout_s != "auto" and not (self.hang_timeout_s >= 0 and math.isfinite(self.hang_timeout_s)):
+            raise ConfigError(f"fault.hang_timeout_s must be \"auto\", 0 (off) or a number of seconds > 0, got "
+                              f"{self.hang_timeout_s}")
         if self.slow_rank < -1 or self.slow_ms < 0 or (self.slow_rank >= 0 and not self.slow_ms > 0):
             raise ConfigError(f"fault.slow_rank ({self.slow_rank}) must be a rank or -1 (off), and a slow rank needs "
                               f"fault.slow_ms > 0 (got {self.slow_ms})")
@@ -509,7 +526,7 @@ class JobConfig:
     precision: PrecisionConfig = section(PrecisionConfig, "Numeric formats.")
     checkpoint: CheckpointConfig = section(CheckpointConfig, "When and where state is saved: micro, macro and "
                                            "cold tiers.")
-    fault: FaultConfig = section(FaultConfig, "Fault injection, for tests and the demo.")
+    fault: FaultConfig = section(FaultConfig, "Hang detection, and fault injection for tests and the demo.")
     metrics: MetricsConfig = section(MetricsConfig, "What is logged where.")
     eval: EvalConfig = section(EvalConfig, "Validation on held-out shards and benchmark tasks during training.")
     plan: PlanConfig = section(PlanConfig, "The planner's prediction for this run (written by bessemer plan).")

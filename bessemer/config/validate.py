@@ -18,6 +18,7 @@ def validate_job(cfg: JobConfig, dp: int | None = None) -> None:
         if hasattr(section, "validate"):
             section.validate()
     _check_mixture_batch(cfg.data, cfg.train.global_batch)
+    _check_hang_timeout(cfg)
     if dp is not None:
         check_data_parallel(cfg.train, dp)
 
@@ -28,6 +29,16 @@ def check_data_parallel(train: TrainConfig, dp: int) -> None:
     if train.global_batch % per_pass:
         raise ConfigError(f"train.global_batch ({train.global_batch}) must be a multiple of train.micro_batch "
                           f"({train.micro_batch}) x data-parallel ranks ({dp}) = {per_pass}")
+
+
+def _check_hang_timeout(cfg: JobConfig) -> None:
+    """The watchdog must name a hung rank before the collectives that wait for it time out (the waiting ranks
+    would fail first, with nothing saying which rank they waited for)."""
+    hang, timeout = cfg.fault.hang_timeout_s, cfg.parallel.timeout_s
+    if hang != "auto" and hang > 0 and hang >= timeout:
+        raise ConfigError(f"fault.hang_timeout_s ({hang:g} s) must be below parallel.timeout_s ({timeout:g} s): the "
+                          f"collectives waiting for a hung rank would time out before it is found; lower "
+                          f"fault.hang_timeout_s or raise parallel.timeout_s")
 
 
 def _check_mixture_batch(data: DataConfig, global_batch: int) -> None:

@@ -10,9 +10,10 @@ EXAMPLES = """examples:
   bessemer doctor --config run.toml                 the run's timeout vs its checkpoint save, its checkpoint dirs
   bessemer doctor --root snapshots/gpu-042 --only rdma.links,rdma.pfc      a copy of another node
   torchrun --nproc-per-node 8 -m bessemer.cli doctor --runtime --tp 2 --json    plus the runtime checks
+  bessemer doctor --run-dir runs/x                  the hangs of a run: who hung, where, what the others waited in
 
-exit codes: 0 all passed (warnings allowed unless --strict), 1 a check failed (or warned with --strict),
-2 bad arguments or config. See docs/doctor.md."""
+exit codes: 0 all passed (warnings allowed unless --strict), 1 a check failed (or warned with --strict; with
+--run-dir: the run had a hang), 2 bad arguments or config. See docs/doctor.md."""
 
 
 def _gpu_count(text: str) -> int:
@@ -39,7 +40,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "doctor", help="check this node (or a snapshot of one) for settings that break or slow training",
         usage="bessemer doctor [--json] [--strict] [--root DIR] [--only ID,...] [--expect-gpus N] "
               "[--expect-link-rate GBPS] [--config RUN.toml [--storage-write-gbs GBS]] [--ckpt-dir DIR ...] "
-              "[--runtime [--tp N ...]]",
+              "[--runtime [--tp N ...]] | --run-dir RUN [--json]",
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES,
         description="Host checks of the kernel settings, limits, clock, NCCL environment, InfiniBand/RoCE fabric, "
                     "GPUs and checkpoint storage; with --runtime, collective checks over every rank of a job.")
@@ -68,6 +69,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--ckpt-dir", metavar="DIR", action="append", default=None,
                    help="where checkpoints will be written, repeatable (default: --config's checkpoint dirs, else "
                         "the current and temp directories)")
+    p.add_argument("--run-dir", metavar="RUN", default=None,
+                   help="instead of checking this node, sum up the hangs of a finished or failed run: the hang "
+                        "watchdog's verdicts and every rank's dump under RUN/logs/hang/ (default: no run)")
     p.add_argument("--runtime", action="store_true",
                    help="also run the runtime checks over every rank of a job (under torchrun): collective "
                         "bandwidth, RNG, initial weights, clock skew, data loader (default: host checks only)")
@@ -83,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
     from bessemer.doctor.host import select
     from bessemer.errors import BessemerError
 
+    if args.run_dir is not None:
+        return report_hangs(args.run_dir, args.json)
     args.only = [i.strip() for i in args.only.split(",") if i.strip()] if args.only else None
     select(args.only)  # an unknown id stops every rank here, before any waits in a collective
     if args.storage_write_gbs is not None and args.config is None:
@@ -110,6 +116,44 @@ def run(args: argparse.Namespace) -> int:
         else:
             host_code = _report_host(args, checks)
     return max(host_code, run_runtime(args, host=host_doc))
+
+
+def report_hangs(run_dir: str, as_json: bool) -> int:
+    """`--run-dir`: every hang of the run (hangs.summarize) as text or one JSON document; 1 when there was one."""
+    import json
+    from pathlib import Path
+
+    from bessemer.doctor.check import SCHEMA_VERSION
+    from bessemer.errors import BessemerError
+    from bessemer.hangs import hangs_dir, summarize
+
+    if not Path(run_dir).is_dir():
+        raise BessemerError(f"--run-dir {run_dir}: no such directory")
+    hangs = summarize(run_dir)
+    if as_json:
+        print(json.dumps({"schema_version": SCHEMA_VERSION, "run_dir": str(run_dir), "hangs": hangs}, indent=2))
+        return 1 if hangs else 0
+    if not hangs:
+        print(f"no hangs in {run_dir} (nothing under {hangs_dir(run_dir)})")
+        return 0
+    print(f"{len(hangs)} hang(s) in {run_dir}:")
+    for h in hangs:
+        print(f"\nattempt {h['attempt']}, step {h['step']}: {h['message']}")
+        print(f"  dumps: {h['dir']}")
+        for r in h["ranks"]:
+            role = "hung" if r["rank"] in h["culprits"] else "live"
+            inside = ", ".join(f"{w['op'] or 'a collective'} #{w['seq']} on {w['desc'] or w['group']}"
+                               for w in r.get("pending", []))
+            last = r.get("last")
+            last_text = (f"last entered {last['op']} #{last['seq']} on {last['desc'] or last['group']}"
+                         if last else "no collective recorded")
+            print(f"  rank {r['rank']} ({role}, host {r['host']}, pid {r['pid']}, step {r['step']}): "
+                  f"{'waits in ' + inside if inside else last_text}; training thread in "
+                  f"{' < '.join(r.get('where', [])) or '?'}; stacks: {r['stacks']}")
+        for rank in h["no_dump"]:
+            print(f"  rank {rank} (hung): no dump (a stopped process cannot write one; its last heartbeat is in the "
+                  f"verdict)")
+    return 1
 
 
 def _host_checks(args: argparse.Namespace, run_cfg) -> list:

@@ -276,7 +276,7 @@ def run_runtime_checks(dims_spec: dict | None = None, sizes_mb: tuple[float, ...
     from bessemer.config import ParallelConfig
     from bessemer.doctor.runtime_comm import (DEFAULT_MAX_MIB, busbw_checks, clock_check, measure_busbw,
                                               measure_clock_offsets, planner_expectation, size_ladder)
-    from bessemer.parallel.dims import Launch, ParallelDims, build_mesh, init_distributed
+    from bessemer.parallel.dims import Launch, ParallelDims, build_mesh, init_distributed, new_group
     from bessemer.rng import seed_everything
 
     spec = dict(dims_spec or {})
@@ -331,7 +331,7 @@ def run_runtime_checks(dims_spec: dict | None = None, sizes_mb: tuple[float, ...
         offsets = {}
         if launch.distributed:
             # Timestamps travel on CPU tensors (a gloo group under nccl): no stream between the clock and the wire.
-            group = dist.new_group(backend="gloo") if device.type == "cuda" else None
+            group = new_group(backend="gloo", desc="doctor_clock") if device.type == "cuda" else None
             box = [measure_clock_offsets(launch.rank, launch.world_size, group)]
             dist.broadcast_object_list(box, src=0, group=group)
             offsets = box[0]

@@ -36,6 +36,7 @@ from torch.distributed.pipelining.schedules import (
 from bessemer.dtensor import local
 from bessemer.model.llama import Transformer
 from bessemer.model.registry import ModelArgs
+from bessemer.parallel.dims import new_group
 
 SINGLE_STAGE = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 MULTI_STAGE = {"interleaved_1f1b": ScheduleInterleaved1F1B, "zero_bubble": ScheduleInterleavedZeroBubble}
@@ -84,7 +85,7 @@ def attach_tied_group(parts: list[nn.Module], ids: list[int], num_stages: int, m
     ranks = mesh.mesh  # (pp, dp_replicate, dp_shard, tp) global ranks
     me, mine = dist.get_rank(), None
     for first, last in zip(ranks[0].flatten().tolist(), ranks[-1].flatten().tolist()):
-        group = dist.new_group([first, last])
+        group = new_group([first, last], desc="tied_embeddings")
         if me in (first, last):
             mine = group
     for part, sid in zip(parts, ids):

@@ -245,9 +245,19 @@ def _logs_section(run_dir: Path) -> str:
             f"in {html.escape(str(logs))}: {links}.</p>")
 
 
+def _dumps_link(path: str | None) -> str:
+    """A link from report/ to a hang's dump directory under logs/hang/."""
+    if not path:
+        return ""
+    name = Path(path).name
+    return f' (<a href="../{LOGS}/hang/{html.escape(name)}/">{html.escape(name)}</a>)'
+
+
 def _failure_cell(failure: dict | None) -> str:
     if failure is None:
         return ""
+    if "hang" in failure:
+        return html.escape(f"hang: {failure['hang']}") + _dumps_link(failure.get("dumps"))
     log = Path(failure.get("log", ""))
     link = f' (<a href="../{LOGS}/{html.escape(log.name)}">{html.escape(log.name)}</a>)' if log.name else ""
     return html.escape(f"rank {failure.get('rank')} exited ({failure.get('exit')}) {failure.get('when', '')}") + link
@@ -305,7 +315,8 @@ def build_report(run_dir: str | Path) -> Path:
                 f"<table><tr><th>restart</th><th>cause</th><th>resumed at step</th><th>tier</th><th>checkpoint</th>"
                 f"</tr>{recovery_rows}</table>" if restarts else "")
     rows += [("skipped steps (non-finite gradients)", sum(r.get("skipped", 0) for r in records)),
-             ("alerts", len(alerts)), ("automatic restarts", len(restarts))]
+             ("alerts", len(alerts)), ("automatic restarts", len(restarts)),
+             ("hangs", sum(e["event"] == "hang" for e in events))]
     peak_mem = max(r.get("peak_mem_gib", 0) for r in records) if "peak_mem_gib" in records[-1] else None
     if peak_mem is not None:
         rows.append(("peak memory (rank 0)", f"{peak_mem:.2f} GiB"))
@@ -316,6 +327,16 @@ def build_report(run_dir: str | Path) -> Path:
     alert_rows = "\n".join(f"<tr><td>{e['step']}</td><td>{html.escape(str(e.get('kind')))}</td>"
                            f"<td>{html.escape(_alert_where(e))}</td><td>{html.escape(str(e.get('message')))}</td></tr>"
                            for e in alerts)
+    hangs = [e for e in events if e["event"] == "hang"]
+    hang_rows = "\n".join(
+        f"<tr><td>{e['step']}</td><td>{html.escape(', '.join(map(str, e.get('ranks', []))))}</td>"
+        f"<td>{html.escape(', '.join(e.get('hosts', [])))}</td><td>{html.escape(str(e.get('message')))}"
+        f"{_dumps_link(e.get('dumps'))}</td></tr>" for e in hangs)
+    hang_section = (f"<h2>Hangs</h2><p>A rank that made no progress for fault.hang_timeout_s, found by the hang "
+                    f"watchdog: every live rank's stacks and last collectives are in the dump directory "
+                    f"(<code>bessemer doctor --run-dir</code> sums them up).</p><table><tr><th>step</th>"
+                    f"<th>hung rank(s)</th><th>host</th><th>where, and what the others waited in</th></tr>"
+                    f"{hang_rows}</table>" if hangs else "")
     alert_section = (f"<h2>Alerts</h2><p>Raised on any node; each node's alerts reach rank 0 at the next step's "
                      f"exchange.</p><table><tr><th>step</th><th>kind</th><th>where</th><th>message</th></tr>"
                      f"{alert_rows}</table>" if alerts else "")
@@ -331,6 +352,7 @@ pre{{background:#f4f4f4;padding:1em}}</style></head><body>
 {prediction}
 {_curation_section(run_dir)}
 {recovery}
+{hang_section}
 {alert_section}
 <h2>Loss</h2><img src="loss.png" alt="training loss per step">
 <h2>Throughput</h2><img src="throughput.png" alt="tokens per second per step">

@@ -1,8 +1,9 @@
 """What a training run is built from, one builder per component, called top to bottom by `Trainer.__init__`:
 the device, the process group and mesh with this rank's model parts (and their pipeline schedule), the resolved
-config, the cold tier. Each builder takes only what it needs."""
+config, the cold tier, the hang watchdog. Each builder takes only what it needs."""
 
 import dataclasses
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,12 +13,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from bessemer.checkpoint.paths import redact_url
-from bessemer.config import CheckpointConfig, JobConfig, to_toml
+from bessemer.config import CheckpointConfig, FaultConfig, JobConfig, to_toml
 from bessemer.model.registry import ModelArgs
 from bessemer.parallel.build import build_model_parts, single_process
 from bessemer.parallel.compile import compile_enabled, compile_loss, disable_graph_caches
-from bessemer.parallel.dims import Launch, ParallelDims, build_mesh, init_distributed
+from bessemer.parallel.dims import Launch, ParallelDims, build_mesh, init_distributed, launcher_store
 from bessemer.parallel.pipeline import build_schedule
+from bessemer.train.watchdog import STORE_TIMEOUT_S, HangWatchdog
 
 Event = Callable[..., None]  # event(name, step, **fields)
 
@@ -82,7 +84,7 @@ def build_model_parts_for(cfg: JobConfig, model_args: ModelArgs, dims: ParallelD
     # Before the process group exists: each node clears what a killed attempt left in its own directories, so
     # no collective ever waits for that.
     clear_tier_leftovers(cfg.checkpoint, Path(cfg.run.dir), launch)
-    init_distributed(launch, device.type, cfg.parallel.timeout_s)
+    init_distributed(launch, device.type, cfg.parallel.timeout_s, flight_recorder=cfg.fault.hang_timeout_s != 0)
     mesh, dp_mesh = build_mesh(dims, device.type)
     parts, stage_ids = build_model_parts(model_args, cfg.train.seq_len, dims, mesh, cfg.parallel, cfg.precision,
                                          device, cfg.run.seed, compile_blocks=compiling)
@@ -158,3 +160,16 @@ def build_cold(cfg: CheckpointConfig, run_dir: Path, is_main: bool, events: list
                                            "message": f"cold backup of step {step} failed: {error}"}))
 
     return ColdTier(cold, done)
+
+
+def build_watchdog(cfg: FaultConfig, parallel_timeout_s: float, launch: Launch, attempt: int, run_dir: Path,
+                   step: Callable[[], int]) -> HangWatchdog | None:
+    """The hang watchdog of a distributed run (fault.hang_timeout_s; 0 = off), over a connection of its own to
+    torchrun's store; None in one process, or without torchrun's store (said once in the rank's log)."""
+    if not launch.distributed or cfg.hang_timeout_s == 0:
+        return None
+    store = launcher_store(STORE_TIMEOUT_S)
+    if store is None:
+        print("hang watchdog off: it needs torchrun's store (the agents' own, not one a rank hosts)", file=sys.stderr)
+        return None
+    return HangWatchdog(cfg.hang_timeout_s, parallel_timeout_s, launch, attempt, run_dir, store, step)

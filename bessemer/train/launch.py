@@ -5,11 +5,13 @@ launcher boilerplate. Importing this module imports no torch: the trainer is imp
 A failure reads as one story on the console: rank 0's own lines (step lines, summaries, alerts), and one line
 per failure — the rank, how it ended, the last step, and the step and tier the restarted ranks resume from.
 Everything else is in files under <run.dir>/logs/: each rank's stdout and stderr in rankN.log (tracebacks
-included), torchrun's agent in launcher.log, and the failures as JSON lines in failures.jsonl (the report's
-Recovery section reads them). The story is told by failures.py (FailureStory), beside the rank logs.
+included), torchrun's agent in launcher.log, the failures as JSON lines in failures.jsonl (the report's
+Recovery section reads them), and what the hang watchdog dumped in hang/. The story is told by failures.py
+(FailureStory), beside the rank logs.
 """
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from bessemer.failures import FailureStory
+from bessemer.hangs import hangs_dir
 from bessemer.proc import LOGS, redirect_to_rank_log, under_launcher
 
 if TYPE_CHECKING:
@@ -37,6 +40,7 @@ def fresh_logs(run_dir: Path) -> None:
     logs.mkdir(parents=True, exist_ok=True)
     for old in [*logs.glob("rank*.log"), logs / "launcher.log", logs / "failures.jsonl"]:
         old.unlink(missing_ok=True)
+    shutil.rmtree(hangs_dir(run_dir), ignore_errors=True)
 
 
 def run_torchrun(nproc: int, bessemer_args: list[str], max_restarts: int = 0, run_dir: str | Path = ".",

@@ -1,6 +1,7 @@
 """The training loop. `Trainer.__init__` calls the builders (train/builders.py) in order; a step is
 `TrainStep` (train/step.py); what the run reports is `Reporter` (train/reporting.py); when it saves and what
-it restores is `CheckpointCadence` (train/cadence.py). `train` loops and stops cleanly on Ctrl-C/SIGTERM.
+it restores is `CheckpointCadence` (train/cadence.py). `train` loops and stops cleanly on Ctrl-C/SIGTERM; on
+several ranks the hang watchdog (train/watchdog.py) watches the loop from a thread of its own.
 
 The loop reads the device only when it flushes (every metrics.log_interval steps, and where a checkpoint or
 the end is due); Python's garbage collector runs only every train.gc_interval steps, on every rank alike."""
@@ -20,6 +21,7 @@ from bessemer.config import JobConfig, check_data_parallel
 from bessemer.tokens.mixture import build_loader
 from bessemer.tokens.shards import TokenDataset
 from bessemer.errors import TrainingInterrupted
+from bessemer.hangs import hang_event, latest_verdict
 from bessemer.model.registry import count_params, flops_per_token, resolve_model_args
 from bessemer.parallel.build import uses_fsdp
 from bessemer.parallel.dims import Launch, ParallelDims, restart_attempt
@@ -28,8 +30,8 @@ from bessemer.precision.guards import Guards
 from bessemer.precision.policy import PrecisionPolicy
 from bessemer.precision.scaler import LossScaler
 from bessemer.rng import RNGState, seed_everything
-from bessemer.train.builders import (build_cold, build_device, build_model_parts_for, pipeline_loss,
-                                     resolved_config)
+from bessemer.train.builders import (build_cold, build_device, build_model_parts_for, build_watchdog,
+                                     pipeline_loss, resolved_config)
 from bessemer.train.cadence import CheckpointCadence
 from bessemer.train.fault import FaultInjector
 from bessemer.train.metrics import peak_tflops
@@ -120,6 +122,9 @@ class Trainer:
         if cfg.metrics.runtime_checks and launch.distributed and runtime_checks is not None:
             self._runtime_checks(runtime_checks)
         self._stop_signal: int | None = None
+        # Started with the loop; it reads the step counter only (no collective, no host sync).
+        self.watchdog = build_watchdog(cfg.fault, cfg.parallel.timeout_s, launch, self.attempt, self.run_dir,
+                                       lambda: self.state.step)
 
     # The components tests and benches reach through the trainer.
     @property
@@ -142,10 +147,11 @@ class Trainer:
 
     def _flush_due(self, step: int) -> bool:
         """Every rank decides alike: the log interval, the last step, a checkpoint due (its records are on
-        disk before it), an injected kill."""
+        disk before it), an injected kill or hang."""
         fault = self.cfg.fault
         return (step % self.cfg.metrics.log_interval == 0 or step == self.cfg.train.steps
-                or self.checkpointer.due(step) is not None or (fault.kill_rank >= 0 and step == fault.kill_at_step))
+                or self.checkpointer.due(step) is not None or (fault.kill_rank >= 0 and step == fault.kill_at_step)
+                or (fault.hang_rank >= 0 and step == fault.hang_at_step))
 
     def validate(self) -> dict:
         """Held-out loss per domain and the benchmark tasks now ([eval]), as a `validation` event."""
@@ -159,6 +165,12 @@ class Trainer:
 
     def _run_events(self, resumed: tuple | None) -> None:
         if self.attempt:
+            # The previous attempt ended in a hang: its verdict, found by the watchdog, becomes its event here.
+            verdict = (latest_verdict(self.run_dir, self.attempt - 1, run_id=self.launch.run_id) if self.is_main
+                       else None)
+            if verdict is not None:
+                step, fields = hang_event(verdict)
+                self.reporter.event("hang", step, **fields)
             self.reporter.event("restart", self.state.step, attempt=self.attempt,
                                 message=f"automatic restart {self.attempt} after a failure")
         self.reporter.flush_early()
@@ -189,6 +201,8 @@ class Trainer:
         with self._stop_on_signals(), collector_paused():
             try:
                 reporter.monitor.start()
+                if self.watchdog is not None:
+                    self.watchdog.start()
                 while self.state.step < cfg.train.steps:
                     start = reporter.start_step()
                     result = self.step()
@@ -210,10 +224,14 @@ class Trainer:
                     self.fault.after_step(step)
                 cadence.finish()
             finally:
+                if self.watchdog is not None:
+                    self.watchdog.close()
                 cadence.flush_cold_events()
                 reporter.close()
 
     def close(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.close()
         if self.launch.distributed and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
 

@@ -51,10 +51,21 @@ def test_unknown_key_in_file_names_the_file(tmp_path):
     ("--train", "must look like --section.key=value"),
     ("--model.name=gpt5", "unknown size 'gpt5'"),
     ("--train=3", "'train' is a section"),
+    ("--fault.hang_timeout_s=-5", "fault.hang_timeout_s must be \"auto\", 0"),
+    ("--fault.hang_timeout_s=soon", "fault.hang_timeout_s: expected float | auto"),
+    ("--fault.hang_timeout_s=600", "must be below parallel.timeout_s"),
+    ("--fault.hang_rank=1", "fault.hang_rank = 1 needs fault.hang_at_step > 0"),
 ])
 def test_bad_values_are_named(override, message):
     with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(")):
         load_config(None, [override])
+
+
+def test_hang_timeout_is_auto_off_or_seconds_below_the_collective_timeout():
+    assert load_config(None, []).fault.hang_timeout_s == "auto"
+    assert load_config(None, ["--fault.hang_timeout_s=0"]).fault.hang_timeout_s == 0
+    assert load_config(None, ["--fault.hang_timeout_s=20"]).fault.hang_timeout_s == 20
+    assert load_config(None, ["--fault.hang_timeout_s=700", "--parallel.timeout_s=900"]).fault.hang_timeout_s == 700
 
 
 def test_wrong_type_in_toml_file(tmp_path):

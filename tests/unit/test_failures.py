@@ -114,3 +114,56 @@ def test_when_torchrun_is_told_to_stop_rank_0_still_speaks(tmp_path):
     assert out.getvalue().splitlines() == ["SIGINT: finishing step 12, then saving",
                                            f"torchrun exited with exit code 1: see {launcher}"]
     assert err.getvalue() == "bessemer train: stopped by SIGINT after step 12; state saved\n"
+
+
+def hang_verdict(tmp_path, attempt=0):
+    """What the hang watchdog leaves before any rank of the attempt exits: logs/hang/attempt<N>_<time>/verdict.json."""
+    from bessemer.hangs import hang_dir, write_json
+
+    verdict = {"timeout_s": 20.0, "step": 70, "attempt": attempt, "time": time.time(), "run_id": "r",
+               "culprits": [{"rank": 5, "host": "gpu-7", "pid": 99, "step": 70, "state": "stuck", "silent_s": 21.0,
+                             "where": ["bessemer/train/fault.py:31 _hang"], "pending": []}],
+               "waiting": [{"rank": 0, "host": "gpu-0", "pid": 1, "step": 70, "where": [],
+                            "pending": [{"group": "0", "desc": "default_pg", "seq": 44}]}]}
+    verdict["dir"] = str(hang_dir(tmp_path, verdict))
+    write_json(hang_dir(tmp_path, verdict) / "verdict.json", verdict)
+    return verdict
+
+
+def test_a_hang_is_one_line_naming_the_hung_rank_where_and_its_dumps(tmp_path):
+    from bessemer.hangs import describe
+
+    metrics = tmp_path / "metrics.jsonl"
+    s, out, _ = story(tmp_path, max_restarts=1)
+    write(metrics, started(0), *({"step": n, "loss": 1.0} for n in range(1, 71)))
+    verdict = hang_verdict(tmp_path)
+    s.agent(AGENT.format(code=124, rank=0))  # a live rank the watchdog ended exits first
+    write(metrics, {"event": "restart", "step": 60, "attempt": 1, "time": time.time()}, started(60),
+          {"event": "checkpoint_loaded", "step": 60, "tier": "micro", "path": "x"})
+    s.console("layout: ...\n")
+    s.finish(0)
+    line = (f"hang: {describe(verdict)}; restarting all 8 ranks from step 60 (micro checkpoint), restart 1 of 1: "
+            f"see {verdict['dir']}")
+    assert out.getvalue().splitlines() == [line, "layout: ..."]
+    assert line.startswith("hang: rank 5 (host gpu-7, pid 99) hung at step 70: no progress for 21 s, not in a "
+                           "collective, in bessemer/train/fault.py:31 _hang; rank 0 waited in #44 on default_pg")
+    [failure] = [json.loads(line) for line in (tmp_path / "logs" / "failures.jsonl").read_text().splitlines()]
+    assert failure["rank"] == 5 and failure["exit"] == "hung" and failure["dumps"] == verdict["dir"]
+    assert failure["hang"] == describe(verdict) and failure["resumed_from"] == 60
+    assert "(as the hang watchdog found it)" in (tmp_path / "logs" / "rank5.log").read_text()
+    assert not any(json.loads(x).get("event") == "hang" for x in metrics.read_text().splitlines())  # the restarted
+    # rank 0 writes the hang event (Trainer._run_events)
+
+
+def test_a_hang_without_restarts_left_is_the_last_line_and_its_event_is_written_at_the_end(tmp_path):
+    metrics = tmp_path / "metrics.jsonl"
+    s, out, _ = story(tmp_path, max_restarts=0)
+    write(metrics, started(0), {"step": 70, "loss": 1.0})
+    verdict = hang_verdict(tmp_path)
+    s.agent(AGENT.format(code=124, rank=0))
+    s.finish(1)
+    assert out.getvalue().startswith("hang: rank 5 (host gpu-7, pid 99) hung at step 70")
+    assert f"training stopped (--max-restarts 0): see {verdict['dir']} (torchrun's output" in out.getvalue()
+    assert s.exit_code is None  # torchrun's status, not the ended ranks' 124
+    event = json.loads(metrics.read_text().splitlines()[-1])
+    assert event["event"] == "hang" and event["ranks"] == [5] and event["dumps"] == verdict["dir"]

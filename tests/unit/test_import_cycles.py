@@ -55,6 +55,7 @@ def imports_of(path: Path, name: str, known: dict[str, Path]) -> set[str]:
 # Bottom first. Each entry is a layer: the top-level packages (or modules) of bessemer it holds.
 LAYERS: list[tuple[str, ...]] = [
     ("bessemer", "errors", "proc"),  # the version; user-facing errors; torch-free process helpers (rank logs)
+    ("hangs",),  # the hang watchdog's verdict rules and its dump files read back (no torch)
     ("failures",),  # the rank logs read back: one story per failure (no torch)
     ("dtensor", "rng"),  # torch-level helpers: this rank's part of a DTensor; every generator of the process
     ("model",),  # the registry of shapes (no torch) and the model as plain modules; knows no config

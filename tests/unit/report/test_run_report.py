@@ -63,3 +63,24 @@ def test_report_shows_held_out_loss_and_task_scores(tmp_path):
     assert "<tr><td>10</td><td>0.3500</td></tr>" in html  # arc's accuracy at step 10
     for png in ("validation.png", "tasks.png"):
         assert (tmp_path / "report" / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_report_shows_a_hang_with_its_culprit_and_dumps(tmp_path):
+    dumps = tmp_path / "logs" / "hang" / "attempt0_20260101-000000"
+    message = "rank 2 (host h, pid 9) hung at step 12: stopped (no heartbeat for 21 s), last heartbeat in x.py:1 f"
+    lines = [{"event": "run_started", "step": 0, "layout": "world 4"}]
+    lines += [{"step": s, "loss": 3.0, "lr": 1e-3, "grad_norm": 1.0, "tokens_per_s": 10.0, "mfu": 0.1,
+               "step_time_s": 0.5} for s in range(1, 13)]
+    lines += [{"event": "hang", "step": 12, "attempt": 0, "ranks": [2], "hosts": ["h"], "message": message,
+               "dumps": str(dumps)}, {"event": "restart", "step": 10, "attempt": 1}]
+    lines += [{"step": s, "loss": 3.0, "lr": 1e-3, "grad_norm": 1.0, "tokens_per_s": 10.0, "mfu": 0.1,
+               "step_time_s": 0.5} for s in range(11, 21)]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "failures.jsonl").write_text(json.dumps(
+        {"rank": 2, "exit": "hung", "hang": message, "dumps": str(dumps), "restart": 1}) + "\n")
+    html = build_report(tmp_path).read_text()
+    assert "<h2>Hangs</h2>" in html and "<td>2</td><td>h</td>" in html
+    link = '(<a href="../logs/hang/attempt0_20260101-000000/">attempt0_20260101-000000</a>)'
+    assert html.count(link) == 2  # in the Hangs section and as the restart's cause
+    assert f"hang: {message}" in html and "<th>hangs</th><td>1</td>" in html
