@@ -11,6 +11,11 @@ def local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if isinstance(t, DTensor) else t
 
 
+def full(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor of a DTensor (gathered where it is sharded), or the tensor itself."""
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
 def local_part(p: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
     """This rank's part of `p` and where it starts in the full tensor."""
     if not isinstance(p, DTensor):

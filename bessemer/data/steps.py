@@ -60,11 +60,7 @@ class Step:
         """Mark `doc` rejected with `name.reason`, count it and hand it to the callback (or `self.rejected`)."""
         mark_rejected(doc, f"{self.name}.{reason}")
         self.rejected_by_reason[doc.metadata[REASON]] += 1
-        callback = callback or self._reject
-        if callback is None:
-            self.rejected.append(doc)
-        else:
-            callback(doc)
+        self._hand_over(doc, callback)
 
     def cut(self, doc: Document, start: int, end: int, reason: str, callback: Reject | None = None,
             **detail: Any) -> None:
@@ -73,11 +69,15 @@ class Step:
         part = Document(f"{doc.id}#{start}-{end}", doc.text[start:end], {CUT_FROM: doc.id, "span": [start, end]})
         mark_rejected(part, f"{self.name}.{reason}", **detail)
         self.cut_by_reason[part.metadata[REASON]] += 1
+        self._hand_over(part, callback)
+
+    def _hand_over(self, doc: Document, callback: Reject | None) -> None:
+        """To the callback given to `run`, else the constructor's, else `self.rejected`."""
         callback = callback or self._reject
         if callback is None:
-            self.rejected.append(part)
+            self.rejected.append(doc)
         else:
-            callback(part)
+            callback(doc)
 
     def run(
         self, docs: Iterable[Document], rank: int = 0, world_size: int = 1, reject: Reject | None = None

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import torch
-from torch.distributed.tensor import DTensor
 
 from bessemer.config import JobConfig
+from bessemer.dtensor import full
 from bessemer.tokens.mixture import DomainLosses, MixtureLoader
 from bessemer.parallel.dims import ParallelDims
 from bessemer.parallel.fsdp import set_final_microbatch
@@ -116,8 +116,7 @@ class TrainStep:
                 if domain_losses is not None:
                     # The last len(losses) calls are this step's micro-batches (the schedule's first step also
                     # calls the loss on its own while it prepares the backward).
-                    samples = torch.cat([s.full_tensor() if isinstance(s, DTensor) else s
-                                         for s in build.pp_samples[-len(losses):]])
+                    samples = torch.cat([full(s) for s in build.pp_samples[-len(losses):]])
                     build.pp_samples.clear()
                     domain_losses.add(samples, self.loader.last_domains)
                 return torch.stack(losses).sum().detach() * accum / self.scaler.scale
@@ -130,13 +129,13 @@ class TrainStep:
                     per_sample = build.loss(logits, targets, per_sample=True)  # (B,)
                     loss = per_sample.mean()
                     per_sample = per_sample.detach()
-                    domain_losses.add(per_sample.full_tensor() if isinstance(per_sample, DTensor) else per_sample,
+                    domain_losses.add(full(per_sample),
                                       self.loader.last_domains)
                 # Each micro-batch's mean loss is scaled so the summed gradients equal the global batch's mean
                 # (and, in fp16, multiplied by the loss scale).
                 (loss * (self.scaler.scale / accum)).backward()
         loss = loss.detach()
-        return loss.full_tensor() if isinstance(loss, DTensor) else loss
+        return full(loss)
 
     def __call__(self) -> StepOutput:
         """One optimizer step; its numbers stay on the device (StepOutput) until `settle` reads them."""

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from bessemer.config import DataConfig, EvalConfig
+from bessemer.dtensor import full
 from bessemer.errors import BessemerError
 from bessemer.eval.layout import Forward, LayoutScorer, masked_nll
 from bessemer.eval.loading import Evaluable, tokenizer_encoder
@@ -32,10 +33,6 @@ def heldout_dirs(cfg: EvalConfig, data: DataConfig) -> list[Path]:
     return [d for d in (Path(p) / "heldout" for p in [data.path, *data.paths]) if (d / "index.json").is_file()]
 
 
-def _full(t: torch.Tensor) -> torch.Tensor:
-    return t.full_tensor() if hasattr(t, "full_tensor") else t
-
-
 def layout_forward(step: TrainStep) -> Forward:
     """Forward only, in the step's layout and precision: each row's summed negative log-likelihood, on the
     ranks that hold the loss. Under pipeline parallelism the schedule runs forward only, its loss swapped for
@@ -45,7 +42,7 @@ def layout_forward(step: TrainStep) -> Forward:
     def forward(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor | None:
         with torch.no_grad(), step.loss_context(), step.compute():
             if build.pp_schedule is None:
-                return _full(masked_nll(build.parts[0](inputs), targets))
+                return full(masked_nll(build.parts[0](inputs), targets))
             schedule, losses = build.pp_schedule, []
             train_loss, schedule._loss_fn = schedule._loss_fn, masked_nll
             try:
@@ -53,7 +50,7 @@ def layout_forward(step: TrainStep) -> Forward:
                               losses=losses)
             finally:
                 schedule._loss_fn = train_loss
-            return torch.cat([_full(loss).reshape(-1) for loss in losses]) if build.has_last else None
+            return torch.cat([full(loss).reshape(-1) for loss in losses]) if build.has_last else None
 
     return forward
 
@@ -85,7 +82,7 @@ class Validator:
         if self.tasks:
             encode, prefix = tokenizer_encoder(Path(data.path))
             self.evaluable = Evaluable(None, encode, prefix, seq_len, device, "training",
-                                       scorer=lambda requests, progress: self.scorer(requests, progress))
+                                       scorer=self.scorer)
 
     def due(self, step: int, last: int) -> bool:
         return self.cfg.interval > 0 and (step % self.cfg.interval == 0 or step == last)

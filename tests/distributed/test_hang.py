@@ -67,6 +67,16 @@ def reference(tmp_path_factory):
     return {r["step"]: r["loss"] for r in records}
 
 
+def finish(proc: subprocess.Popen, out: Path, where: str) -> str:
+    """Wait for the run to end, which it must do with status 0; its output. A run still going is killed."""
+    try:
+        assert proc.wait(timeout=400) == 0, f"{where}\n" + out.read_text()[-4000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return out.read_text()
+
+
 def hang_line(output: str, rank: int) -> str:
     lines = [line for line in output.splitlines() if line.startswith("hang: ")]
     assert len(lines) == 1, output[-4000:]
@@ -112,11 +122,10 @@ def test_a_stopped_rank_is_found_named_killed_and_the_run_finishes_bitwise(refer
         pid = first_attempt_pid(run, rank)
         stopped_at = time.time()
         os.kill(pid, signal.SIGSTOP)
-        assert proc.wait(timeout=400) == 0, f"{where}\n" + out.read_text()[-4000:]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    output = out.read_text()
+    except BaseException:
+        proc.kill()
+        raise
+    output = finish(proc, out, where)
     line = hang_line(output, rank)
     # Where: the frames of its last heartbeat, and that the job restarted.
     assert re.search(r"hung at step \d+: stopped \(no heartbeat for \d+ s\), last heartbeat( \(step \d+\))? in "
@@ -139,12 +148,7 @@ def test_a_rank_stuck_in_a_checkpoint_write_is_found_and_the_run_finishes_bitwis
     rank = random.Random(SEED).randrange(4)
     run = tmp_path / "R"
     proc, out = start(run, f"--fault.hang_rank={rank}", "--fault.hang_at_step=10", "--fault.hang_during_save=true")
-    try:
-        assert proc.wait(timeout=400) == 0, f"seed {SEED}, rank {rank}\n" + out.read_text()[-4000:]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    output = out.read_text()
+    output = finish(proc, out, f"seed {SEED}, rank {rank}")
     line = hang_line(output, rank)
     assert f"hung at step 10: no progress for {HANG_TIMEOUT_S}" in line and "not in a collective" in line, line
     assert "during_save" in line and "bessemer/checkpoint/store.py" in line, line  # inside the save
